@@ -1,0 +1,49 @@
+# obsspec: `make demo` and `make test` work on a fresh machine; `setup` is their shared,
+# idempotent first step (quick when everything is already in place).
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The inference engine is a platform choice: vLLM's CUDA build where a GPU answers, else the CPU build.
+EXTRA ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
+STAMP := $(VENV)/.installed-$(EXTRA)-$(shell cat pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+# No model hub is reachable (or needed): every model is a local directory.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+
+.PHONY: setup python docker image model demo test lint bench clean
+
+setup: python docker image model
+
+python: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/install-python.sh
+	scripts/install-python.sh $(VENV) $(EXTRA)
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+docker:
+	scripts/ensure-docker.sh
+
+image: python docker
+	$(BIN)/obsspec env build
+
+model: python
+	$(BIN)/obsspec models pull
+
+demo: setup
+	$(BIN)/obsspec doctor
+	$(BIN)/obsspec env run -- 'echo "hello from $$(hostname)"; uname -sm; python3 --version; pwd'
+
+test: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: python
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: setup
+	@for script in bench/*.py; do echo "== $$script" >&2; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

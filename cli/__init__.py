@@ -1,0 +1,1 @@
+"""The `obsspec` command line: thin typer commands over the library."""

@@ -1,0 +1,78 @@
+"""The `obsspec` command: a typer app whose subcommands live in the sibling modules."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from cli import doctor, env, models
+from cli.common import err
+from obsspec import __version__
+from obsspec.errors import ObsspecError
+
+app = typer.Typer(
+    name="obsspec",
+    help="Observation speculation for RL of terminal agents: collect rollouts, train the "
+    "world model, run RL, and profile how much speculation saves.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(models.app, name="models")
+app.add_typer(env.app, name="env")
+app.command("doctor")(doctor.doctor)
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"obsspec {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True,
+                           help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """obsspec: observation speculation for RL of terminal agents."""
+
+
+def main() -> None:
+    # The CLI is the edge where the process environment is read and set. No model hub is
+    # used (models are local directories), so transformers must never try to reach one.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    debug = "--debug" in sys.argv[1:]
+    try:
+        app()
+    except ObsspecError as e:
+        if debug:
+            raise
+        report(str(e), e.hint)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as e:
+        if debug:
+            raise
+        report(f"unexpected {type(e).__name__}: {e}", "run again with --debug for the traceback")
+        sys.exit(1)
+
+
+def report(message: str, hint: str | None) -> None:
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", markup=True, soft_wrap=True)
+    if hint:
+        err.print(f"[yellow]hint:[/yellow] {escape(hint)}", markup=True, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`obsspec env build|run`: sandbox images and a one-off command in a sandbox."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.common import ConfigOption, JsonOption, emit_json, err, global_config, out, progress_printer
+
+app = typer.Typer(help="Sandbox images and containers.", no_args_is_help=True)
+
+
+@app.command()
+def build(
+    source: Annotated[str, typer.Option(
+        "--source", help="Where the Debian root comes from: auto (a registry if one answers, "
+        "else debootstrap from this machine's apt mirror), registry, or debootstrap.",
+        case_sensitive=False)] = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if the recipe is unchanged.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Build the sandbox base image obsspec/base (:latest and :<recipe-hash>).
+
+    Rebuilt only when its recipe (environments/images/base) changes.
+    """
+    from environments.docker_api import connect
+    from environments.image import ensure_base_image
+
+    if source not in ("auto", "registry", "debootstrap"):
+        raise typer.BadParameter("must be auto, registry or debootstrap", param_hint="--source")
+    client = connect()
+    try:
+        result = ensure_base_image(client, source=source, force=force,  # type: ignore[arg-type]
+                                   on_log=progress_printer(quiet=json_output))
+    finally:
+        client.close()
+    if json_output:
+        emit_json({"tags": result.tags, "image_id": result.image_id,
+                   "recipe_hash": result.recipe_hash, "source": result.source,
+                   "built": result.built, "seconds": round(result.seconds, 2)})
+        return
+    what = f"built from {result.source}" if result.built else "up to date"
+    out.print(f"{', '.join(result.tags)}: {what} ({result.seconds:.1f} s)")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[list[str], typer.Argument(help="Shell command (put it after --).")],
+    image: Annotated[str | None, typer.Option("--image", help="Image [default: obsspec/base:latest].")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds before the command is killed.")] = 60.0,
+    json_output: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Run one shell command in a fresh sandbox container (no network) and print its output.
+
+    Exits with the command's exit code (124 if it timed out).
+    """
+    from environments.docker_api import connect
+    from environments.oneshot import run_once
+
+    settings = global_config(config)
+    image = image or settings.base_image
+    shell_command = " ".join(command)
+    client = connect()
+    try:
+        result = run_once(client, image, shell_command, timeout_s=timeout)
+    finally:
+        client.close()
+    if json_output:
+        emit_json({"image": image, "command": shell_command, "stdout": result.stdout,
+                   "stderr": result.stderr, "exit_code": result.exit_code,
+                   "timed_out": result.timed_out, "seconds": round(result.seconds, 3)})
+    else:
+        out.out(result.stdout, end="")
+        if result.stderr:
+            err.out(result.stderr, end="")
+        status = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        err.print(f"[dim]({image}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
+    raise typer.Exit(124 if result.timed_out else result.exit_code)

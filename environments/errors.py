@@ -1,0 +1,31 @@
+"""Errors of the environments package (all under obsspec.errors.ObsspecError).
+
+    EnvironmentFailure          base of everything here; infrastructure, so retryable
+    ├── DockerUnavailable       no Docker daemon answers (hint: how to start one)
+    ├── ImageBuildError         an image build failed; carries the last lines of its log
+    └── SandboxError            a container could not be created, started or driven
+"""
+
+from __future__ import annotations
+
+from obsspec.errors import ObsspecError
+
+
+class EnvironmentFailure(ObsspecError):
+    retryable = True
+
+
+class DockerUnavailable(EnvironmentFailure):
+    pass
+
+
+class ImageBuildError(EnvironmentFailure):
+    def __init__(self, message: str, *, log_tail: list[str] | None = None, hint: str | None = None):
+        self.log_tail = log_tail or []
+        if self.log_tail:
+            message = message + "\n  " + "\n  ".join(self.log_tail)
+        super().__init__(message, hint=hint)
+
+
+class SandboxError(EnvironmentFailure):
+    pass

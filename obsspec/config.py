@@ -1,0 +1,109 @@
+"""Typed settings shared by every command, and the TOML loading that all configs use.
+
+Settings come from, in increasing precedence: defaults, a TOML file given with `--config`,
+and flags the user actually set. Nothing is read from ad-hoc environment variables; the CLI
+edge resolves the home directory and passes concrete paths in.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from obsspec.errors import ConfigError
+
+DEFAULT_BASE_IMAGE = "obsspec/base:latest"
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+# Top-level tables of a config file that belong to one pipeline's own config model.
+PIPELINE_SECTIONS = ("collect", "train_wm", "sft", "rl", "profile")
+
+
+def default_cache_dir() -> Path:
+    """Where pulled models and other downloaded artefacts live unless told otherwise."""
+    return Path.home() / ".cache" / "obsspec"
+
+
+class StrictModel(BaseModel):
+    """Base for every config model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PathsConfig(StrictModel):
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="Directory for pulled models and other cached artefacts.",
+    )
+
+    @property
+    def models_dir(self) -> Path:
+        return self.cache_dir / "models"
+
+
+class GlobalConfig(StrictModel):
+    """Settings every command shares; pipelines embed it in their own config."""
+
+    paths: PathsConfig = Field(default_factory=PathsConfig, description="Where things live.")
+    base_image: str = Field(
+        default=DEFAULT_BASE_IMAGE, description="Docker image tag of the sandbox base image."
+    )
+    default_model: str = Field(
+        default=DEFAULT_MODEL, description="Model used when a command is not given one."
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file, turning every failure into a ConfigError that names the file."""
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from e
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_config(model: type[M], data: dict[str, Any], source: str) -> M:
+    """Build `model` from `data`, naming the source and the offending field on failure."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{source}: field '{field}': {first['msg']}{more}") from e
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Merge nested dicts; values in `override` win. Neither input is modified."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_global_config(
+    config_file: Path | None = None, overrides: dict[str, Any] | None = None
+) -> GlobalConfig:
+    """Defaults, then the TOML file's keys, then flag overrides (only those the user set)."""
+    data: dict[str, Any] = read_toml(config_file) if config_file else {}
+    unknown = sorted(set(data) - set(GlobalConfig.model_fields) - set(PIPELINE_SECTIONS))
+    if unknown:
+        allowed = ", ".join([*GlobalConfig.model_fields, *PIPELINE_SECTIONS])
+        raise ConfigError(f"{config_file}: unknown key '{unknown[0]}' (allowed: {allowed})")
+    known = {k: v for k, v in data.items() if k in GlobalConfig.model_fields}
+    merged = deep_merge(known, overrides or {})
+    source = str(config_file) if config_file else "flags"
+    return validate_config(GlobalConfig, merged, source)

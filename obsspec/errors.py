@@ -1,0 +1,51 @@
+"""The base of every error obsspec raises on purpose.
+
+    ObsspecError                    base; `retryable` says whether trying again may help,
+    │                               `hint` says what the user can do about it
+    ├── ConfigError                 a bad flag, config file or field (obsspec.config)
+    ├── ModelError                  unknown model name, failed pull, bad model directory
+    │   │                           (obsspec.models)
+    │   └── ModelDownloadError      the package index did not deliver (retryable)
+    ├── EngineError                 an inference engine failed to start or to answer
+    │                               (obsspec.inference)
+    └── EnvironmentFailure          anything that touches a sandbox (environments.errors):
+        ├── DockerUnavailable       no Docker daemon answers
+        ├── ImageBuildError         an image could not be built (carries the log tail)
+        └── SandboxError            a container could not be started or driven
+
+Infrastructure failures are retryable; a bad name or a bad file is not. The CLI prints
+`error: <message>` and, when there is one, `hint: <hint>`, and exits non-zero; it shows a
+traceback only with `--debug`.
+"""
+
+from __future__ import annotations
+
+
+class ObsspecError(Exception):
+    """Base class: a failure obsspec anticipated and can explain in one line."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class ConfigError(ObsspecError):
+    """A flag, config file or field is invalid; the message names which."""
+
+
+class ModelError(ObsspecError):
+    """A model name is unknown, a model could not be pulled, or a model directory is unusable."""
+
+
+class ModelDownloadError(ModelError):
+    """A model's files could not be downloaded; the network or the index may recover."""
+
+    retryable = True
+
+
+class EngineError(ObsspecError):
+    """An inference engine failed to start or to answer."""
+
+    retryable = True

@@ -1,0 +1,1 @@
+"""Inference engines (token in, token out)."""

