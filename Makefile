@@ -36,7 +36,7 @@ demo: setup
 	$(BIN)/obsspec env run -- 'echo "hello from $$(hostname)"; uname -sm; python3 --version; pwd'
 
 test: setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --require-capabilities $(PYTEST_ARGS)
 
 lint: python
 	$(BIN)/ruff check .

@@ -38,8 +38,10 @@ def show_version(value: bool) -> None:
 def root(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=show_version, is_eager=True,
-                           help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """obsspec: observation speculation for RL of terminal agents."""

@@ -16,18 +16,28 @@ from obsspec.config import GlobalConfig, load_global_config
 
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
 # `--json` output can be piped into other tools untouched.
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+if not out.is_terminal:
+    out.width = 120  # rich's 80-column default for pipes folds paths in tables
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", help="TOML config file; flags override its values.",
-                 dir_okay=False, rich_help_panel="Configuration"),
+    typer.Option(
+        "--config",
+        help="TOML config file; flags override its values.",
+        dir_okay=False,
+        rich_help_panel="Configuration",
+    ),
 ]
 CacheDirOption = Annotated[
     Path | None,
-    typer.Option("--cache-dir", help="Model cache directory [default: ~/.cache/obsspec].",
-                 file_okay=False, rich_help_panel="Configuration"),
+    typer.Option(
+        "--cache-dir",
+        help="Model cache directory [default: ~/.cache/obsspec].",
+        file_okay=False,
+        rich_help_panel="Configuration",
+    ),
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")

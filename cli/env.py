@@ -6,18 +6,33 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ConfigOption, JsonOption, emit_json, err, global_config, out, progress_printer
+from cli.common import (
+    ConfigOption,
+    JsonOption,
+    emit_json,
+    err,
+    global_config,
+    out,
+    progress_printer,
+)
 
 app = typer.Typer(help="Sandbox images and containers.", no_args_is_help=True)
 
 
 @app.command()
 def build(
-    source: Annotated[str, typer.Option(
-        "--source", help="Where the Debian root comes from: auto (a registry if one answers, "
-        "else debootstrap from this machine's apt mirror), registry, or debootstrap.",
-        case_sensitive=False)] = "auto",
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even if the recipe is unchanged.")] = False,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            help="Where the Debian root comes from: auto (a registry if one answers, "
+            "else debootstrap from this machine's apt mirror), registry, or debootstrap.",
+            case_sensitive=False,
+        ),
+    ] = "auto",
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild even if the recipe is unchanged.")
+    ] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Build the sandbox base image obsspec/base (:latest and :<recipe-hash>).
@@ -31,14 +46,25 @@ def build(
         raise typer.BadParameter("must be auto, registry or debootstrap", param_hint="--source")
     client = connect()
     try:
-        result = ensure_base_image(client, source=source, force=force,  # type: ignore[arg-type]
-                                   on_log=progress_printer(quiet=json_output))
+        result = ensure_base_image(
+            client,
+            source=source,
+            force=force,  # type: ignore[arg-type]
+            on_log=progress_printer(quiet=json_output),
+        )
     finally:
         client.close()
     if json_output:
-        emit_json({"tags": result.tags, "image_id": result.image_id,
-                   "recipe_hash": result.recipe_hash, "source": result.source,
-                   "built": result.built, "seconds": round(result.seconds, 2)})
+        emit_json(
+            {
+                "tags": result.tags,
+                "image_id": result.image_id,
+                "recipe_hash": result.recipe_hash,
+                "source": result.source,
+                "built": result.built,
+                "seconds": round(result.seconds, 2),
+            }
+        )
         return
     what = f"built from {result.source}" if result.built else "up to date"
     out.print(f"{', '.join(result.tags)}: {what} ({result.seconds:.1f} s)")
@@ -47,8 +73,12 @@ def build(
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
     command: Annotated[list[str], typer.Argument(help="Shell command (put it after --).")],
-    image: Annotated[str | None, typer.Option("--image", help="Image [default: obsspec/base:latest].")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds before the command is killed.")] = 60.0,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Image [default: obsspec/base:latest].")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds before the command is killed.")
+    ] = 60.0,
     json_output: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -68,9 +98,17 @@ def run(
     finally:
         client.close()
     if json_output:
-        emit_json({"image": image, "command": shell_command, "stdout": result.stdout,
-                   "stderr": result.stderr, "exit_code": result.exit_code,
-                   "timed_out": result.timed_out, "seconds": round(result.seconds, 3)})
+        emit_json(
+            {
+                "image": image,
+                "command": shell_command,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "exit_code": result.exit_code,
+                "timed_out": result.timed_out,
+                "seconds": round(result.seconds, 3),
+            }
+        )
     else:
         out.out(result.stdout, end="")
         if result.stderr:

@@ -20,14 +20,19 @@ from cli.common import (
     progress_printer,
 )
 
-app = typer.Typer(help="Pull, list and make models (every model is a local HF directory).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Pull, list and make models (every model is a local HF directory).", no_args_is_help=True
+)
 
 
 @app.command()
 def pull(
-    name: Annotated[str | None, typer.Argument(help="Known model name [default: the default model].")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Pull and convert again even if cached.")] = False,
+    name: Annotated[
+        str | None, typer.Argument(help="Known model name [default: the default model].")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Pull and convert again even if cached.")
+    ] = False,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -41,11 +46,21 @@ def pull(
     settings = global_config(config, cache_dir)
     name = name or settings.default_model
     with err.status(f"pulling {name}") if not json_output and err.is_terminal else nullcontext():
-        result = pull_model(name, settings.paths.models_dir, force=force,
-                            on_step=progress_printer(quiet=json_output))
+        result = pull_model(
+            name,
+            settings.paths.models_dir,
+            force=force,
+            on_step=progress_printer(quiet=json_output),
+        )
     if json_output:
-        emit_json({"name": result.name, "path": str(result.path), "action": result.action,
-                   "seconds": round(result.seconds, 2)})
+        emit_json(
+            {
+                "name": result.name,
+                "path": str(result.path),
+                "action": result.action,
+                "seconds": round(result.seconds, 2),
+            }
+        )
         return
     verb = {"present": "already present, verified", "pulled": "pulled", "repaired": "repaired"}
     out.print(f"{result.name}: {verb[result.action]} at {result.path} ({result.seconds:.1f} s)")
@@ -77,10 +92,19 @@ def list_models(
 @app.command()
 def tiny(
     out_dir: Annotated[Path, typer.Argument(help="Directory to create (must be empty or absent).")],
-    base: Annotated[str | None, typer.Option("--base", help="Model whose tokenizer and chat template to use (name or path) [default: the default model].")] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Model whose tokenizer and chat template to use (name or path) "
+            "[default: the default model].",
+        ),
+    ] = None,
     layers: Annotated[int, typer.Option(min=1, help="Transformer layers.")] = 2,
     hidden: Annotated[int, typer.Option(min=8, help="Hidden size.")] = 128,
-    heads: Annotated[int, typer.Option(min=1, help="Attention heads (head dim = hidden / heads).")] = 2,
+    heads: Annotated[
+        int, typer.Option(min=1, help="Attention heads (head dim = hidden / heads).")
+    ] = 2,
     seed: Annotated[int, typer.Option(help="Seed of the random initialisation.")] = 0,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
@@ -92,12 +116,23 @@ def tiny(
 
     settings = global_config(config, cache_dir)
     base_dir = resolve_model(base or settings.default_model, settings.paths.models_dir)
-    shape = TinyShape(layers=layers, hidden=hidden, heads=heads, kv_heads=1,
-                      intermediate=2 * hidden)
+    shape = TinyShape(
+        layers=layers, hidden=hidden, heads=heads, kv_heads=1, intermediate=2 * hidden
+    )
     path = make_tiny_model(base_dir, out_dir, shape, seed=seed)
     if json_output:
-        emit_json({"path": str(path), "base": str(base_dir), "seed": seed, "layers": layers,
-                   "hidden": hidden, "heads": heads})
+        emit_json(
+            {
+                "path": str(path),
+                "base": str(base_dir),
+                "seed": seed,
+                "layers": layers,
+                "hidden": hidden,
+                "heads": heads,
+            }
+        )
         return
-    out.print(f"tiny model ({layers} layers, hidden {hidden}) with the tokenizer of "
-              f"{base_dir.name} written to {path}")
+    out.print(
+        f"tiny model ({layers} layers, hidden {hidden}) with the tokenizer of "
+        f"{base_dir.name} written to {path}"
+    )

@@ -23,9 +23,9 @@ BOOTSTRAP_REPO = "obsspec/bootstrap"
 def debian_mirror(apt_dir: Path = APT_DIR) -> str:
     """The first main-archive Debian URI in apt's sources (one-line or deb822 format)."""
     for uri, suites in apt_sources(apt_dir):
-        if any(not s.endswith(("-security", "-updates", "-backports")) for s in suites):
-            if "security" not in uri:
-                return uri.rstrip("/")
+        main_suite = any(not s.endswith(("-security", "-updates", "-backports")) for s in suites)
+        if main_suite and "security" not in uri:
+            return uri.rstrip("/")
     raise ImageBuildError(
         f"no Debian archive found in {apt_dir}/sources.list or {apt_dir}/sources.list.d",
         hint="configure an apt source for the Debian archive, or make a registry reachable",
@@ -132,5 +132,6 @@ def run_logged(cmd: list[str], on_log: Callable[[str], None]) -> None:
         tail = [*tail[-19:], line]
         on_log(line)
     if proc.wait() != 0:
-        raise ImageBuildError(f"`{' '.join(cmd[:2])}` failed (exit {proc.returncode})",
-                              log_tail=tail)
+        raise ImageBuildError(
+            f"`{' '.join(cmd[:2])}` failed (exit {proc.returncode})", log_tail=tail
+        )

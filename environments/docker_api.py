@@ -7,8 +7,16 @@ import os
 from environments.errors import DockerUnavailable
 
 START_HINT = (
-    "start the Docker daemon (as root: `dockerd &`, or `make setup`, which installs Debian's "
-    "docker.io and starts it), or point DOCKER_HOST at a running one"
+    "start one: as root, `make setup` installs Debian's docker.io and starts dockerd "
+    "(or run `dockerd &`); or set DOCKER_HOST to a running daemon"
+)
+# Root causes worth naming, as they appear inside the SDK's nested error text.
+KNOWN_CAUSES = (
+    "No such file or directory",
+    "Connection refused",
+    "Permission denied",
+    "timed out",
+    "Name or service not known",
 )
 
 
@@ -22,7 +30,8 @@ def connect(timeout_s: float = 120.0):
         client.ping()
     except docker.errors.DockerException as e:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        reason = str(e).split("(", 1)[0].strip() or type(e).__name__
+        text = str(e)
+        reason = next((c for c in KNOWN_CAUSES if c in text), text[:160] or type(e).__name__)
         raise DockerUnavailable(
             f"no Docker daemon answers at {where}: {reason}", hint=START_HINT
         ) from e

@@ -1,9 +1,9 @@
 """Errors of the environments package (all under obsspec.errors.ObsspecError).
 
-    EnvironmentFailure          base of everything here; infrastructure, so retryable
-    ├── DockerUnavailable       no Docker daemon answers (hint: how to start one)
-    ├── ImageBuildError         an image build failed; carries the last lines of its log
-    └── SandboxError            a container could not be created, started or driven
+EnvironmentFailure          base of everything here; infrastructure, so retryable
+├── DockerUnavailable       no Docker daemon answers (hint: how to start one)
+├── ImageBuildError         an image build failed; carries the last lines of its log
+└── SandboxError            a container could not be created, started or driven
 """
 
 from __future__ import annotations

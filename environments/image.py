@@ -67,8 +67,9 @@ def ensure_base_image(
         try:
             image = client.images.get(hashed)
             image.tag(BASE_REPO, "latest")
-            return BuildResult([hashed, latest], image.id, digest, "cached",
-                               time.monotonic() - start)
+            return BuildResult(
+                [hashed, latest], image.id, digest, "cached", time.monotonic() - start
+            )
         except docker.errors.ImageNotFound:
             pass
     base, used = choose_base(client, source, on_log)
@@ -102,8 +103,8 @@ def registry_base_available(client, on_log: LogFn) -> bool:
     try:
         client.images.pull(REGISTRY_BASE)
         return True
-    except docker.errors.APIError as e:
-        on_log(f"no registry: {str(e).splitlines()[0][:160]}; building offline")
+    except docker.errors.APIError:
+        on_log(f"{REGISTRY_BASE} cannot be pulled (no registry reachable); building offline")
         return False
 
 
@@ -122,8 +123,7 @@ def build_recipe(client, base: str, tag: str, digest: str, used: str, on_log: Lo
     )
     for chunk in stream:
         if "error" in chunk:
-            raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}",
-                                  log_tail=tail)
+            raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}", log_tail=tail)
         for line in chunk.get("stream", "").splitlines():
             if line.strip():
                 tail = [*tail[-19:], line.rstrip()]

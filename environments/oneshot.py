@@ -32,12 +32,18 @@ def run_once(client, image: str, command: str, timeout_s: float = 60.0) -> OneSh
     start = time.monotonic()
     try:
         container = client.containers.create(
-            image, ["bash", "-lc", command], hostname=HOSTNAME, network_disabled=True,
-            labels={LABEL: "1"}, security_opt=["no-new-privileges"], stdin_open=False,
+            image,
+            ["bash", "-lc", command],
+            hostname=HOSTNAME,
+            network_disabled=True,
+            labels={LABEL: "1"},
+            security_opt=["no-new-privileges"],
+            stdin_open=False,
         )
     except docker.errors.ImageNotFound:
-        raise SandboxError(f"image {image} does not exist",
-                           hint="build it with: obsspec env build") from None
+        raise SandboxError(
+            f"image {image} does not exist", hint="build it with: obsspec env build"
+        ) from None
     except docker.errors.APIError as e:
         raise SandboxError(f"cannot create a container from {image}: {e.explanation}") from e
     timed_out = False

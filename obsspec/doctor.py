@@ -64,10 +64,8 @@ def guarded(name: str, fn: Callable[[], Check]) -> Check:
 
 
 def check_python() -> Check:
-    version = platform.python_version()
-    if sys.version_info < (3, 11):
-        return Check("python", "fail", version, "obsspec needs Python >= 3.11")
-    return Check("python", "ok", f"{version} ({sys.executable})")
+    # Older Pythons cannot even import obsspec (pyproject requires >= 3.11).
+    return Check("python", "ok", f"{platform.python_version()} ({sys.executable})")
 
 
 def check_torch() -> Check:
@@ -99,7 +97,9 @@ def finish_vllm_probe(proc: subprocess.Popen, timeout_s: float = 180) -> Check:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return Check("vllm", "fail", f"`import vllm` took over {timeout_s:.0f} s", "run: make setup")
+        return Check(
+            "vllm", "fail", f"`import vllm` took over {timeout_s:.0f} s", "run: make setup"
+        )
     build = installed_vllm_distribution()
     if proc.returncode != 0:
         last = (err.strip().splitlines() or ["(no output)"])[-1]
@@ -123,7 +123,10 @@ def vllm_hint(last_error: str, build: str) -> str:
     if build == "none":
         return "vLLM is not installed: run make setup"
     if "torchvision" in last_error or "torchaudio" in last_error:
-        return "remove the packages that break the CPU torch: pip uninstall torchvision torchaudio torchcodec"
+        return (
+            "remove the packages that break the CPU torch: "
+            "pip uninstall torchvision torchaudio torchcodec"
+        )
     return "reinstall with: make setup"
 
 
@@ -143,8 +146,12 @@ def check_docker_and_image(config: GlobalConfig) -> list[Check]:
     try:
         client = connect(timeout_s=10)
     except DockerUnavailable as e:
-        image_row = Check("base image", "fail", "unknown: the Docker daemon is not reachable",
-                          "start Docker first, then: obsspec env build")
+        image_row = Check(
+            "base image",
+            "fail",
+            "unknown: the Docker daemon is not reachable",
+            "start Docker first, then: obsspec env build",
+        )
         return [Check("docker", "fail", str(e), e.hint or ""), image_row]
     info = client.version()
     docker_row = Check("docker", "ok", f"daemon {info.get('Version', '?')}")
@@ -152,8 +159,12 @@ def check_docker_and_image(config: GlobalConfig) -> list[Check]:
         current, detail = base_image_status(client, config.base_image)
     finally:
         client.close()
-    image_row = Check("base image", "ok" if current else "fail", detail,
-                      "" if current else "build it: obsspec env build")
+    image_row = Check(
+        "base image",
+        "ok" if current else "fail",
+        detail,
+        "" if current else "build it: obsspec env build",
+    )
     return [docker_row, image_row]
 
 
@@ -165,11 +176,19 @@ def check_model(config: GlobalConfig) -> Check:
     path = model_dir(config.paths.models_dir, name)
     manifest = read_manifest(path)
     if manifest is None:
-        return Check("default model", "fail", f"{name} is not pulled (looked in {path})",
-                     f"run: obsspec models pull {name}")
+        return Check(
+            "default model",
+            "fail",
+            f"{name} is not pulled (looked in {path})",
+            f"run: obsspec models pull {name}",
+        )
     problems = verify_files(path, manifest, full=False)
     if problems:
-        return Check("default model", "fail", f"{name} at {path} is damaged: {problems[0]}",
-                     f"run: obsspec models pull {name}")
+        return Check(
+            "default model",
+            "fail",
+            f"{name} at {path} is damaged: {problems[0]}",
+            f"run: obsspec models pull {name}",
+        )
     size_mb = sum(f.size for f in manifest.files.values()) / 1e6
     return Check("default model", "ok", f"{name} ({size_mb:.0f} MB, {manifest.dtype}) at {path}")

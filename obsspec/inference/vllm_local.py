@@ -95,24 +95,40 @@ class LocalVLLMEngine:
         if self._llm is None:
             raise EngineError("engine is not started (use `async with`)")
         params = SamplingParams(
-            max_tokens=sampling.max_tokens, temperature=sampling.temperature,
-            top_p=sampling.top_p, seed=sampling.seed, logprobs=0,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            logprobs=0,
         )
         start = time.monotonic()
-        final = None
+        final = None  # the generator yields cumulative outputs; the last one is complete
         stream = self._llm.generate(
-            {"prompt_token_ids": list(prompt_ids)}, params,
-            request_id=request_id or uuid.uuid4().hex, priority=priority,
+            {"prompt_token_ids": list(prompt_ids)},
+            params,
+            request_id=request_id or uuid.uuid4().hex,
+            priority=priority,
         )
-        async for final in stream:
-            pass
+        async for output in stream:
+            final = output
         if final is None:
             raise EngineError("vLLM returned no output")
         completion = final.outputs[0]
         ids = list(completion.token_ids)
-        logprobs = [step[token].logprob for step, token in zip(completion.logprobs or [], ids)]
-        return Generation(ids, logprobs, completion.text, completion.finish_reason or "abort",
-                          time.monotonic() - start)
+        logprobs = [
+            step[token].logprob for step, token in zip(completion.logprobs or [], ids, strict=False)
+        ]
+        return Generation(
+            ids,
+            logprobs,
+            completion.text,
+            completion.finish_reason or "abort",
+            time.monotonic() - start,
+        )
+
+    def unfinished_requests(self) -> int:
+        """Requests the engine still holds (running or waiting); 0 when idle."""
+        return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
 
     async def aclose(self) -> None:
         if self._llm is not None:

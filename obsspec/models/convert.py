@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 from obsspec.errors import ModelError
@@ -27,9 +29,13 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
 
     quiet_transformers()
     folder, name = str(gguf_path.parent), gguf_path.name
+    # The GGUF reader draws its own per-tensor progress bar on stderr; the caller reports
+    # progress in its own way, so the bar is captured (and dropped unless loading fails).
+    captured = io.StringIO()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+        with contextlib.redirect_stderr(captured):
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
     except Exception as e:  # transformers raises many types for a bad file
         raise ModelError(f"cannot read GGUF file {gguf_path}: {e}") from e
     if tokenizer.chat_template is None:

@@ -18,20 +18,32 @@ def model_rows(models_dir: Path) -> list[dict]:
         else:
             status = "damaged" if verify_files(path, manifest, full=False) else "pulled"
             size = sum(f.size for f in manifest.files.values())
-        rows.append({
-            "name": name, "known": True, "status": status, "pulled": status == "pulled",
-            "path": str(path), "size_bytes": size,
-            "source": f"pypi:{spec.pypi_package}=={spec.pypi_version}",
-            "description": spec.description,
-        })
+        rows.append(
+            {
+                "name": name,
+                "known": True,
+                "status": status,
+                "pulled": status == "pulled",
+                "path": str(path),
+                "size_bytes": size,
+                "source": f"pypi:{spec.pypi_package}=={spec.pypi_version}",
+                "description": spec.description,
+            }
+        )
     for path, manifest in installed_models(models_dir):
         if path.name in KNOWN_MODELS:
             continue
         damaged = verify_files(path, manifest, full=False)
-        rows.append({
-            "name": path.name, "known": False, "status": "damaged" if damaged else "pulled",
-            "pulled": not damaged, "path": str(path),
-            "size_bytes": sum(f.size for f in manifest.files.values()),
-            "source": manifest.source, "description": "",
-        })
+        rows.append(
+            {
+                "name": path.name,
+                "known": False,
+                "status": "damaged" if damaged else "pulled",
+                "pulled": not damaged,
+                "path": str(path),
+                "size_bytes": sum(f.size for f in manifest.files.values()),
+                "source": manifest.source,
+                "description": "",
+            }
+        )
     return rows

