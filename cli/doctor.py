@@ -32,11 +32,13 @@ def doctor(
     if json_output:
         emit_json({"ok": ok, "checks": [c.as_dict() for c in checks]})
     else:
+        with_fixes = any(c.hint for c in checks)
         table = Table(title="obsspec doctor")
-        for column in ("check", "status", "detail", "fix"):
+        for column in ("check", "status", "detail", "fix")[: 4 if with_fixes else 3]:
             table.add_column(column, overflow="fold")
         for c in checks:
-            table.add_row(c.name, STYLE[c.status], escape(c.detail), escape(c.hint))
+            row = [c.name, STYLE[c.status], escape(c.detail), escape(c.hint)]
+            table.add_row(*row[: 4 if with_fixes else 3])
         out.print(table)
         out.print("[green]ready[/green]" if ok else "[red]not ready: fix the failing rows[/red]")
     if not ok:
