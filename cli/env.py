@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -19,17 +20,23 @@ from cli.common import (
 app = typer.Typer(help="Sandbox images and containers.", no_args_is_help=True)
 
 
+class BuildSource(StrEnum):
+    auto = "auto"
+    registry = "registry"
+    debootstrap = "debootstrap"
+
+
 @app.command()
 def build(
     source: Annotated[
-        str,
+        BuildSource,
         typer.Option(
             "--source",
             help="Where the Debian root comes from: auto (a registry if one answers, "
             "else debootstrap from this machine's apt mirror), registry, or debootstrap.",
             case_sensitive=False,
         ),
-    ] = "auto",
+    ] = BuildSource.auto,
     force: Annotated[
         bool, typer.Option("--force", help="Rebuild even if the recipe is unchanged.")
     ] = False,
@@ -42,14 +49,12 @@ def build(
     from environments.docker_api import connect
     from environments.image import ensure_base_image
 
-    if source not in ("auto", "registry", "debootstrap"):
-        raise typer.BadParameter("must be auto, registry or debootstrap", param_hint="--source")
     client = connect()
     try:
         result = ensure_base_image(
             client,
-            source=source,
-            force=force,  # type: ignore[arg-type]
+            source=source.value,  # type: ignore[arg-type]
+            force=force,
             on_log=progress_printer(quiet=json_output),
         )
     finally:

@@ -28,7 +28,11 @@ app = typer.Typer(
 @app.command()
 def pull(
     name: Annotated[
-        str | None, typer.Argument(help="Known model name [default: the default model].")
+        str | None,
+        typer.Argument(
+            help="Known model name, or a local model directory to check "
+            "[default: the default model]."
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Pull and convert again even if cached.")
@@ -62,7 +66,12 @@ def pull(
             }
         )
         return
-    verb = {"present": "already present, verified", "pulled": "pulled", "repaired": "repaired"}
+    verb = {
+        "present": "already present, verified",
+        "pulled": "pulled",
+        "repaired": "repaired",
+        "local": "a local model directory, nothing to pull",
+    }
     out.print(f"{result.name}: {verb[result.action]} at {result.path} ({result.seconds:.1f} s)")
 
 

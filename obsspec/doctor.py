@@ -169,10 +169,16 @@ def check_docker_and_image(config: GlobalConfig) -> list[Check]:
 
 
 def check_model(config: GlobalConfig) -> Check:
-    from obsspec.models.registry import model_dir
+    from obsspec.models.registry import KNOWN_MODELS, model_dir, resolve_model
     from obsspec.models.store import read_manifest, verify_files
 
     name = config.default_model
+    if name not in KNOWN_MODELS:  # a local directory named in the config
+        return Check(
+            "default model",
+            "ok",
+            f"local model directory {resolve_model(name, config.paths.models_dir)}",
+        )
     path = model_dir(config.paths.models_dir, name)
     manifest = read_manifest(path)
     if manifest is None:

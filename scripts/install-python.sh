@@ -24,7 +24,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 echo "installing obsspec[$extra,test] into $venv (the first time takes a few minutes)"
-"$venv/bin/python" -m pip install --quiet -e ".[$extra,test]"
+# (Filtered: this machine's pip configuration names index folders that need not exist.)
+"$venv/bin/python" -m pip install --quiet -e ".[$extra,test]" 2>&1 |
+    grep -v -e "^WARNING: Location '.*' is ignored" -e BuildBackendWarning || true
+"$venv/bin/python" -c 'import obsspec' 2>/dev/null || { echo "installing obsspec failed" >&2; exit 1; }
 if [ "$extra" = cpu ]; then
     # vLLM's resolution pulls PyPI's torchvision/torchaudio/torchcodec, built against another
     # torch; beside the CPU torch they break `import vllm`. obsspec needs none of them.

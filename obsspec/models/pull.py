@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Literal
 
 from obsspec.errors import ModelDownloadError, ModelError
-from obsspec.models.registry import ModelSpec, get_spec, model_dir
+from obsspec.models.registry import (
+    KNOWN_MODELS,
+    ModelSpec,
+    get_spec,
+    looks_like_path,
+    model_dir,
+    resolve_model,
+)
 from obsspec.models.store import (
     build_manifest,
     read_manifest,
@@ -37,14 +44,19 @@ Step = Callable[[str], None]
 class PullResult:
     name: str
     path: Path
-    action: Literal["present", "pulled", "repaired"]
+    action: Literal["present", "pulled", "repaired", "local"]
     seconds: float
 
 
 def pull_model(
     name: str, models_dir: Path, *, force: bool = False, on_step: Step = lambda _: None
 ) -> PullResult:
-    """Make sure the known model `name` is in models_dir, verified; pull it if not."""
+    """Make sure the known model `name` is in models_dir, verified; pull it if not.
+
+    A path to a local model directory is accepted too: it is checked, not pulled.
+    """
+    if name not in KNOWN_MODELS and looks_like_path(name):
+        return PullResult(name, resolve_model(name, models_dir), "local", 0.0)
     spec = get_spec(name)
     target = model_dir(models_dir, name)
     start = time.monotonic()

@@ -82,3 +82,14 @@ def test_swap_replaces_whole_directory_and_leftovers_are_cleaned(tmp_path):
     (tmp_path / ".m.old").mkdir()
     remove_leftovers(tmp_path, "m")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_pull_of_a_local_directory_only_checks_it(tmp_path):
+    from obsspec.models.pull import pull_model
+
+    model = fake_model_dir(tmp_path / "mine")
+    result = pull_model(str(model), tmp_path / "cache")
+    assert (result.action, result.path) == ("local", model)
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(ModelError, match=r"no config\.json"):
+        pull_model(str(tmp_path), tmp_path / "cache")
