@@ -1,0 +1,165 @@
+"""DockerSandbox: one isolated container with a persistent shell, as an async context manager.
+
+    async with DockerSandbox(client, image, SandboxLimits(), run_id="r1") as sb:
+        result = await sb.run("cd /tmp && ls", timeout_s=30)
+
+Isolation: resource limits (cpus, memory, pids), no network unless allowed, no-new-privileges,
+capabilities cut to what a root shell in a task needs, an init process that reaps orphans.
+Determinism: fixed hostname, TZ, locale, umask and HOME (see SHELL_ENV). Still
+nondeterministic: clock times and file timestamps, process ids, durations, randomness.
+Containers carry labels (run id, owner pid and host) so `obsspec env gc` finds leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import tarfile
+import time
+from pathlib import Path
+
+from pydantic import Field
+
+from environments.errors import SandboxError
+from environments.shell import SHELL_ENV, PersistentShell, ShellSettings
+from obsspec.config import StrictModel
+from obsspec.types import ExecResult
+
+HOSTNAME = "sandbox"
+LABEL_RUN = "obsspec.run"
+LABEL_PID = "obsspec.pid"
+LABEL_HOST = "obsspec.host"
+# Docker's default set minus NET_RAW, MKNOD, SETFCAP and AUDIT_WRITE: enough for a root shell
+# that installs packages, changes owners and permissions, and kills its own processes.
+KEEP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+                     "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"]
+
+
+class SandboxLimits(StrictModel):
+    cpus: float = Field(default=1.0, gt=0, description="CPU quota (cores).")
+    memory_mb: int = Field(default=2048, ge=64, description="Memory limit in MiB (no swap).")
+    pids: int = Field(default=512, ge=16, description="Most processes at once (fork bombs).")
+    cpuset: str | None = Field(default=None, description="Cores to pin to, e.g. '1' or '2-3'.")
+    allow_internet: bool = Field(default=False, description="Give the sandbox a network.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+
+def run_labels(run_id: str) -> dict[str, str]:
+    return {LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
+
+
+class DockerSandbox:
+    def __init__(self, client, image: str, limits: SandboxLimits | None = None, *,
+                 run_id: str = "adhoc", shell: ShellSettings | None = None) -> None:
+        self.client = client
+        self.image = image
+        self.limits = limits or SandboxLimits()
+        self.run_id = run_id
+        self.shell_settings = shell or ShellSettings()
+        self.container = None
+        self.shell: PersistentShell | None = None
+        self.start_seconds = 0.0
+
+    async def __aenter__(self) -> DockerSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    @property
+    def id(self) -> str:
+        return self.container.id if self.container is not None else ""
+
+    async def start(self) -> None:
+        start = time.monotonic()
+        self.container = await asyncio.to_thread(self._create)
+        try:
+            self.shell = PersistentShell(self.client, self.container.id, self.shell_settings)
+            await self.shell.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self.start_seconds = time.monotonic() - start
+
+    def _create(self):
+        import docker.errors
+
+        limits = self.limits
+        try:
+            return self.client.containers.run(
+                self.image, entrypoint=["sleep", "infinity"], command=[], detach=True,
+                init=True, hostname=HOSTNAME, labels=run_labels(self.run_id),
+                environment={**SHELL_ENV, **limits.env},
+                network_mode=None if limits.allow_internet else "none",
+                nano_cpus=int(limits.cpus * 1e9), cpuset_cpus=limits.cpuset,
+                mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
+                pids_limit=limits.pids, security_opt=["no-new-privileges"],
+                cap_drop=["ALL"], cap_add=KEEP_CAPABILITIES, stdin_open=False,
+            )
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"image {self.image} does not exist",
+                               hint="build it first (obsspec env build, or the task's image)") from None
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot start a sandbox from {self.image}: {e.explanation}") from e
+
+    async def run(self, command: str, timeout_s: float = 60.0) -> ExecResult:
+        if self.shell is None:
+            raise SandboxError("the sandbox is not started (use `async with`)")
+        return await self.shell.run(command, timeout_s)
+
+    async def exec_oneoff(self, cmd: list[str], timeout_s: float = 60.0):
+        """A command outside the persistent shell (fresh process, no shell state)."""
+        if self.shell is None:
+            raise SandboxError("the sandbox is not started")
+        return await self.shell.exec_oneoff(cmd, timeout_s)
+
+    async def upload(self, source: Path, dest_dir: str) -> None:
+        """Copy a local file or directory tree into dest_dir (created if needed)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(source, arcname=source.name)
+        await self.exec_oneoff(["mkdir", "-p", dest_dir])
+        ok = await asyncio.to_thread(self.container.put_archive, dest_dir, buffer.getvalue())
+        if not ok:
+            raise SandboxError(f"could not copy {source} into the sandbox at {dest_dir}")
+
+    async def read_file(self, path: str) -> bytes | None:
+        """The bytes of a file in the sandbox, or None if it does not exist."""
+        import docker.errors
+
+        def read() -> bytes | None:
+            try:
+                chunks, _ = self.container.get_archive(path)
+            except docker.errors.NotFound:
+                return None
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+                member = tar.next()
+                if member is None or not member.isfile():
+                    return None
+                return tar.extractfile(member).read()
+
+        return await asyncio.to_thread(read)
+
+    async def aclose(self) -> None:
+        """Remove the container (and its anonymous volumes); safe to call twice."""
+        if self.shell is not None:
+            await self.shell.close()
+            self.shell = None
+        if self.container is not None:
+            container, self.container = self.container, None
+            await asyncio.to_thread(remove_container, container)
+
+
+def remove_container(container) -> None:
+    import docker.errors
+
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if "already in progress" not in str(e):
+            raise SandboxError(f"could not remove container {container.short_id}: {e}") from e

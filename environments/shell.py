@@ -1,0 +1,265 @@
+"""One persistent bash inside a container, driven over a single `docker exec` stream.
+
+Why not one `docker exec` per command: each costs ~50 ms, and a real terminal keeps its state
+(cwd, variables, functions, aliases) between commands. Here one bash runs a read-eval loop,
+sent once as a single line (so bash's messages always say "line 1", like `bash -c`):
+
+    while IFS= read -r -d '' in; do          one command per NUL-terminated record:
+        tok=<first line of in>                 "<random token>\n<command>\0"
+        <restore $? of the previous command>
+        eval "<rest of in>" </dev/null        runs in the shell itself: cd, variables,
+                                               functions and aliases persist; stdin is EOF
+        printf '__OBSSPEC_<tok>_RC=%d__' $?   end markers, one per stream, carrying the
+        printf '__OBSSPEC_<tok>_END__' >&2    token only this command knows
+    done; exit
+
+The exec stream is Docker's multiplexed format (8-byte frame headers), so stdout and stderr
+arrive separately. A timed-out command's processes (every descendant of the shell) are
+frozen and killed from a second exec; if the shell itself is stuck (a builtin loop) or died
+(`exit`), a new shell is started and the result says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from dataclasses import dataclass
+
+from environments.capture import MarkedStream
+from environments.errors import SandboxError
+from obsspec.types import ExecResult
+
+# Environment of every shell: what makes outputs depend on the command, not on the host.
+SHELL_ENV = {
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "PYTHONUNBUFFERED": "1",
+}
+INIT = (
+    "set +o history; shopt -s expand_aliases; PS1=''; PS2=''; umask 022; "
+    "__obsspec_rc() { return $1; }; __obsspec_last=0; "
+    "printf '__OBSSPEC_READY_%s__' \"$$\"; "
+    "while IFS= read -r -d '' __obsspec_in; do "
+    "__obsspec_tok=${__obsspec_in%%$'\\n'*}; __obsspec_rc $__obsspec_last; "
+    "eval \"${__obsspec_in#*$'\\n'}\" </dev/null; __obsspec_last=$?; "
+    "printf \"__OBSSPEC_${__obsspec_tok}_RC=%d__\" $__obsspec_last; "
+    "printf \"__OBSSPEC_${__obsspec_tok}_END__\" >&2; "
+    "done; exit\n"
+)
+READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
+KILL_REPORT = re.compile(r"^bash: (?:line \d+: )?\s*\d+ Killed\b.*\n?", re.MULTILINE)
+STDOUT, STDERR = 1, 2
+
+# Kills every descendant of the shell ($1), freezing each generation first so that nothing
+# forks away while we kill; repeats until none is left (a fork bomb needs several rounds).
+KILL_TREE = r"""
+root=$1
+for round in $(seq 1 50); do
+  declare -A parent=()
+  for f in /proc/[0-9]*/stat; do
+    read -r line < "$f" 2>/dev/null || continue
+    pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }; set -- $rest; parent[$pid]=$2
+  done
+  queue=("$root"); found=()
+  while ((${#queue[@]})); do
+    p=${queue[0]}; queue=("${queue[@]:1}")
+    for pid in "${!parent[@]}"; do
+      if [[ ${parent[$pid]} == "$p" ]]; then found+=("$pid"); queue+=("$pid"); fi
+    done
+  done
+  ((${#found[@]})) || exit 0
+  kill -STOP "${found[@]}" 2>/dev/null; kill -KILL "${found[@]}" 2>/dev/null
+  sleep 0.05
+done
+"""
+
+
+@dataclass
+class ShellSettings:
+    output_cap_bytes: int = 256 * 1024  # per stream, head and tail each
+    grace_s: float = 3.0  # after a kill, how long to wait for the shell to report back
+    start_timeout_s: float = 30.0
+
+
+class PersistentShell:
+    """`await shell.start()`, then `await shell.run(command, timeout_s)`; one command at a time."""
+
+    def __init__(self, client, container_id: str, settings: ShellSettings | None = None,
+                 workdir: str | None = None) -> None:
+        self.client = client
+        self.container_id = container_id
+        self.settings = settings or ShellSettings()
+        self.workdir = workdir
+        self.pid: int | None = None
+        self._exec_id: str | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self._pending: dict[int, bytes] = {STDOUT: b"", STDERR: b""}
+
+    async def start(self) -> None:
+        sock = await asyncio.to_thread(self._open_exec_socket)
+        self._reader, self._writer = await asyncio.open_connection(sock=sock)
+        self._writer.write(INIT.encode())
+        await self._writer.drain()
+        stream = MarkedStream(READY, hold=64, cap=4096)
+        try:
+            await asyncio.wait_for(self._read_until(stream, None), self.settings.start_timeout_s)
+        except TimeoutError:
+            raise SandboxError("the shell did not start in time") from None
+        if not stream.done:
+            raise SandboxError(f"the shell exited at start: {stream.buffer.text()[-300:]}")
+        self.pid = int(stream.match.group(1))
+        self._pending = {STDOUT: stream.leftover, STDERR: b""}
+
+    def _open_exec_socket(self):
+        import docker.errors
+
+        try:
+            exec_id = self.client.api.exec_create(
+                self.container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True,
+                stderr=True, tty=False, environment=SHELL_ENV, workdir=self.workdir,
+            )["Id"]
+            sock = self.client.api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot start a shell in the sandbox: {e.explanation}") from e
+        self._exec_id = exec_id
+        return getattr(sock, "_sock", sock)
+
+    async def run(self, command: str, timeout_s: float) -> ExecResult:
+        async with self._lock:
+            if self._writer is None:
+                raise SandboxError("the shell is closed")
+            return await self._run(command, timeout_s)
+
+    async def _run(self, command: str, timeout_s: float) -> ExecResult:
+        token = secrets.token_hex(8)
+        out = MarkedStream(re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()), 64,
+                           self.settings.output_cap_bytes)
+        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), 64,
+                           self.settings.output_cap_bytes)
+        for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
+            stream.feed(self._pending[fd])
+        start = time.monotonic()
+        self._writer.write(self._record(command, token))
+        await self._writer.drain()
+        timed_out = restarted = False
+        try:
+            await asyncio.wait_for(self._read_until(out, err), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            await self._kill_children()
+            try:
+                await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
+            except TimeoutError:
+                pass  # the shell itself is stuck: restarted below
+        duration = time.monotonic() - start
+        if out.done and err.done:
+            self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
+            exit_code = None if timed_out else int(out.match.group(1))
+        else:  # the shell exited (`exit`, killed) or is stuck: a new one takes over
+            out.flush()
+            err.flush()
+            exit_code = None if timed_out else await self._shell_exit_code()
+            await self._restart()
+            restarted = True
+        stderr = err.buffer.text()
+        if timed_out:  # bash's own report of the kill names a PID: not the command's output
+            stderr = KILL_REPORT.sub("", stderr)
+        return ExecResult(
+            stdout=out.buffer.text(), stderr=stderr, exit_code=exit_code,
+            duration_s=duration, timed_out=timed_out,
+            truncated=out.buffer.truncated or err.buffer.truncated,
+            shell_restarted=restarted, timeout_s=timeout_s,
+        )
+
+    @staticmethod
+    def _record(command: str, token: str) -> bytes:
+        if "\0" in command:
+            raise SandboxError("a shell command cannot contain a NUL byte")
+        return f"{token}\n{command}\0".encode()
+
+    async def _read_until(self, out: MarkedStream, err: MarkedStream | None) -> None:
+        """Read frames until every given stream saw its marker, or the exec stream ends."""
+        streams = {STDOUT: out, STDERR: err}
+        while not (out.done and (err is None or err.done)):
+            try:
+                header = await self._reader.readexactly(8)
+                payload = await self._reader.readexactly(int.from_bytes(header[4:8], "big"))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the shell is gone
+            target = streams.get(header[0])
+            if target is not None:
+                target.feed(payload)
+
+    async def _kill_children(self) -> None:
+        if self.pid is not None:
+            await self.exec_oneoff(["bash", "-c", KILL_TREE, "kill-tree", str(self.pid)],
+                                   timeout_s=30)
+
+    async def exec_oneoff(self, cmd: list[str], timeout_s: float) -> tuple[int | None, bytes]:
+        """Run a command in a separate exec (not the shell); (exit code, combined output)."""
+        import docker.errors
+
+        def run() -> tuple[int | None, bytes]:
+            try:
+                result = self.client.containers.get(self.container_id).exec_run(cmd)
+            except docker.errors.NotFound:
+                raise SandboxError("the sandbox container no longer exists") from None
+            except docker.errors.APIError as e:
+                raise SandboxError(f"cannot run a command in the sandbox: {e.explanation}") from e
+            return result.exit_code, result.output
+
+        return await asyncio.wait_for(asyncio.to_thread(run), timeout_s)
+
+    async def _shell_exit_code(self) -> int | None:
+        if self._exec_id is None:
+            return None
+        for _ in range(20):  # Docker records the exit code shortly after the stream closes
+            info = await asyncio.to_thread(self.client.api.exec_inspect, self._exec_id)
+            if not info.get("Running"):
+                return info.get("ExitCode")
+            await asyncio.sleep(0.05)
+        return None
+
+    async def _restart(self) -> None:
+        await self._close_stream()
+        if self.pid is not None:  # a stuck shell is still running: kill it and its children
+            try:
+                await self.exec_oneoff(["kill", "-KILL", str(self.pid)], timeout_s=10)
+                await self._kill_children()
+            except SandboxError:
+                pass  # the container is gone; start() below says so
+        await self._check_running()
+        await self.start()
+
+    async def _check_running(self) -> None:
+        import docker.errors
+
+        try:
+            container = await asyncio.to_thread(self.client.containers.get, self.container_id)
+        except docker.errors.NotFound:
+            raise SandboxError("the sandbox container was removed from outside") from None
+        if container.status != "running":
+            raise SandboxError(f"the sandbox container is {container.status}, not running "
+                               "(killed from outside?)")
+
+    async def _close_stream(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+        self._reader = self._writer = None
+
+    async def close(self) -> None:
+        await self._close_stream()

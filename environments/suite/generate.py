@@ -1,0 +1,131 @@
+"""Writing generated tasks to disk (see the package docstring for the layout)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GENERATOR_VERSION = 1
+BASE_IMAGE = "obsspec/base:latest"
+
+
+@dataclass
+class GeneratedTask:
+    """One task as a family produces it, before it is written to disk."""
+
+    instruction: str
+    setup_sh: str  # bash, run as root in /tmp/setup at image build time (no network)
+    check_sh: str  # bash, run after the agent phase: exit 0 if and only if solved
+    solution: list[str]  # the reference solution: one shell command per entry, one line each
+    setup_files: dict[str, str | bytes] = field(default_factory=dict)  # next to setup.sh
+    test_files: dict[str, str | bytes] = field(default_factory=dict)  # next to check.sh
+    agent_timeout_s: int = 900
+    verifier_timeout_s: int = 180
+
+
+Family = Callable[[random.Random], GeneratedTask]
+FAMILIES: dict[str, Family] = {}
+
+
+def family(name: str) -> Callable[[Family], Family]:
+    """Register a family under `name` (decorator)."""
+
+    def register(fn: Family) -> Family:
+        FAMILIES[name] = fn
+        return fn
+
+    return register
+
+
+DOCKERFILE = f"""FROM {BASE_IMAGE}
+COPY setup/ /tmp/setup/
+RUN cd /tmp/setup && bash setup.sh && cd / && rm -rf /tmp/setup
+WORKDIR /root
+"""
+
+TEST_SH = """#!/bin/bash
+# Verifier entry point: reward 1 if check.sh passes, else 0.
+mkdir -p /logs/verifier
+if bash "$(dirname "$0")/check.sh"; then
+    echo 1 > /logs/verifier/reward.txt
+else
+    echo 0 > /logs/verifier/reward.txt
+fi
+"""
+
+
+def task_toml(name: str, fam: str, seed: int, index: int, task: GeneratedTask) -> str:
+    return f"""version = "1.0"
+
+[metadata]
+name = "{name}"
+family = "{fam}"
+seed = {seed}
+index = {index}
+generator_version = {GENERATOR_VERSION}
+
+[agent]
+timeout_sec = {task.agent_timeout_s}
+
+[verifier]
+timeout_sec = {task.verifier_timeout_s}
+
+[environment]
+build_timeout_sec = 600
+cpus = 1
+memory_mb = 2048
+allow_internet = false
+"""
+
+
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
+    for rel, content in sorted(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def write_task(out: Path, name: str, fam: str, seed: int, index: int, task: GeneratedTask):
+    root = out / name
+    if root.exists():
+        shutil.rmtree(root)
+    for line in task.solution:
+        if "\n" in line or not line.strip():
+            raise ValueError(f"{name}: solution commands must be single non-empty lines")
+    files: dict[str, str | bytes] = {
+        "instruction.md": task.instruction.strip() + "\n",
+        "task.toml": task_toml(name, fam, seed, index, task),
+        "environment/Dockerfile": DOCKERFILE,
+        "environment/setup/setup.sh": "#!/bin/bash\nset -euo pipefail\n" + task.setup_sh,
+        "tests/test.sh": TEST_SH,
+        "tests/check.sh": "#!/bin/bash\nset -euo pipefail\n" + task.check_sh,
+        "solution/solve.sh": "#!/bin/bash\n" + "\n".join(task.solution) + "\n",
+    }
+    files.update({f"environment/setup/{k}": v for k, v in task.setup_files.items()})
+    files.update({f"tests/{k}": v for k, v in task.test_files.items()})
+    write_files(root, files)
+    return root
+
+
+def generate(out: Path, n: int, seed: int, families: list[str] | None = None) -> list[Path]:
+    """Write n tasks, cycling through the chosen families in registry order."""
+    from environments.suite import families as _  # noqa: F401  (registers the families)
+
+    chosen = families or sorted(FAMILIES)
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(n):
+        fam = chosen[index % len(chosen)]
+        rng = random.Random(f"obsspec:{seed}:{fam}:{index}")
+        name = f"{fam}-{index:03d}"
+        paths.append(write_task(out, name, fam, seed, index, FAMILIES[fam](rng)))
+    return paths

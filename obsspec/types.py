@@ -1,0 +1,68 @@
+"""Plain data shared by every layer: the result of a command and its canonical observation.
+
+The observation is the single text the policy sees after an action and the world model must
+predict. `render_observation` is the only function that builds it, so exact match between a
+prediction and reality is string equality of two renderings (equal texts -> equal tokens).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_MAX_CHARS = 10_000
+NO_OUTPUT = "(no output)"
+TRUNCATION_MARKER = "\n[... output truncated ...]\n"
+
+# CSI (colours, cursor movement), OSC (window titles, hyperlinks) and two-byte escapes.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# C0 controls other than tab and newline (binary output) become U+FFFD.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did in a sandbox. stdout/stderr are decoded (invalid UTF-8 replaced)
+    and capped while streaming: when `truncated`, the middle of a stream was dropped and
+    TRUNCATION_MARKER stands in its place (head and tail are kept, so rendering is the same
+    as from the full output)."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None  # None when the command timed out and was killed
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    shell_restarted: bool = False  # the persistent shell died (e.g. `exit`) and was restarted
+    timeout_s: float | None = None  # the limit the command ran under
+
+
+def clean_text(text: str) -> str:
+    """ANSI escapes removed, CRLF -> LF, other control characters made visible."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    return _CONTROL.sub("\ufffd", text.replace("\r", "\n"))
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Keep the head and the tail (errors usually come last), cut the middle, deterministically."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars // 2
+    tail = max_chars - head
+    return text[:head] + TRUNCATION_MARKER + text[-tail:]
+
+
+def status_line(result: ExecResult) -> str:
+    if result.timed_out:
+        limit = f" after {result.timeout_s:g} s" if result.timeout_s is not None else ""
+        return f"[command timed out{limit} and was killed]"
+    return f"[exit code: {result.exit_code}]"
+
+
+def render_observation(result: ExecResult, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """The canonical observation: stdout then stderr (trailing newlines removed), truncated
+    in the middle past max_chars, "(no output)" when empty, then the exit-code line."""
+    parts = [clean_text(s).rstrip("\n") for s in (result.stdout, result.stderr)]
+    body = "\n".join(p for p in parts if p)
+    body = truncate_middle(body, max_chars) if body else NO_OUTPUT
+    return f"{body}\n{status_line(result)}"
