@@ -51,8 +51,9 @@ class CappedBuffer:
         tail = b"".join(self.tail)[-self.cap :]
         if not self.truncated:  # decode as one, a character may span head and tail
             return (bytes(self.head) + tail).decode(errors="replace")
-        return self.head.decode(errors="replace") + TRUNCATION_MARKER + tail.decode(
-            errors="replace")
+        return (
+            self.head.decode(errors="replace") + TRUNCATION_MARKER + tail.decode(errors="replace")
+        )
 
 
 class MarkedStream:

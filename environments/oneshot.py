@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 
 from environments.errors import SandboxError
+from environments.sandbox import HOSTNAME, run_labels
 
 LABEL = "obsspec.oneshot"
-HOSTNAME = "sandbox"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def run_once(client, image: str, command: str, timeout_s: float = 60.0) -> OneSh
             ["bash", "-lc", command],
             hostname=HOSTNAME,
             network_disabled=True,
-            labels={LABEL: "1"},
+            labels={LABEL: "1", **run_labels("oneshot")},
             security_opt=["no-new-privileges"],
             stdin_open=False,
         )

@@ -33,8 +33,18 @@ LABEL_PID = "obsspec.pid"
 LABEL_HOST = "obsspec.host"
 # Docker's default set minus NET_RAW, MKNOD, SETFCAP and AUDIT_WRITE: enough for a root shell
 # that installs packages, changes owners and permissions, and kills its own processes.
-KEEP_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-                     "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"]
+KEEP_CAPABILITIES = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+]
 
 
 class SandboxLimits(StrictModel):
@@ -51,8 +61,15 @@ def run_labels(run_id: str) -> dict[str, str]:
 
 
 class DockerSandbox:
-    def __init__(self, client, image: str, limits: SandboxLimits | None = None, *,
-                 run_id: str = "adhoc", shell: ShellSettings | None = None) -> None:
+    def __init__(
+        self,
+        client,
+        image: str,
+        limits: SandboxLimits | None = None,
+        *,
+        run_id: str = "adhoc",
+        shell: ShellSettings | None = None,
+    ) -> None:
         self.client = client
         self.image = image
         self.limits = limits or SandboxLimits()
@@ -90,18 +107,30 @@ class DockerSandbox:
         limits = self.limits
         try:
             return self.client.containers.run(
-                self.image, entrypoint=["sleep", "infinity"], command=[], detach=True,
-                init=True, hostname=HOSTNAME, labels=run_labels(self.run_id),
+                self.image,
+                entrypoint=["sleep", "infinity"],
+                command=[],
+                detach=True,
+                init=True,
+                hostname=HOSTNAME,
+                labels=run_labels(self.run_id),
                 environment={**SHELL_ENV, **limits.env},
                 network_mode=None if limits.allow_internet else "none",
-                nano_cpus=int(limits.cpus * 1e9), cpuset_cpus=limits.cpuset,
-                mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
-                pids_limit=limits.pids, security_opt=["no-new-privileges"],
-                cap_drop=["ALL"], cap_add=KEEP_CAPABILITIES, stdin_open=False,
+                nano_cpus=int(limits.cpus * 1e9),
+                cpuset_cpus=limits.cpuset,
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                pids_limit=limits.pids,
+                security_opt=["no-new-privileges"],
+                cap_drop=["ALL"],
+                cap_add=KEEP_CAPABILITIES,
+                stdin_open=False,
             )
         except docker.errors.ImageNotFound:
-            raise SandboxError(f"image {self.image} does not exist",
-                               hint="build it first (obsspec env build, or the task's image)") from None
+            raise SandboxError(
+                f"image {self.image} does not exist",
+                hint="build it first (obsspec env build, or the task's image)",
+            ) from None
         except docker.errors.APIError as e:
             raise SandboxError(f"cannot start a sandbox from {self.image}: {e.explanation}") from e
 

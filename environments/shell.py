@@ -22,6 +22,7 @@ frozen and killed from a second exec; if the shell itself is stuck (a builtin lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import time
@@ -50,8 +51,8 @@ INIT = (
     "while IFS= read -r -d '' __obsspec_in; do "
     "__obsspec_tok=${__obsspec_in%%$'\\n'*}; __obsspec_rc $__obsspec_last; "
     "eval \"${__obsspec_in#*$'\\n'}\" </dev/null; __obsspec_last=$?; "
-    "printf \"__OBSSPEC_${__obsspec_tok}_RC=%d__\" $__obsspec_last; "
-    "printf \"__OBSSPEC_${__obsspec_tok}_END__\" >&2; "
+    'printf "__OBSSPEC_${__obsspec_tok}_RC=%d__" $__obsspec_last; '
+    'printf "__OBSSPEC_${__obsspec_tok}_END__" >&2; '
     "done; exit\n"
 )
 READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
@@ -92,8 +93,13 @@ class ShellSettings:
 class PersistentShell:
     """`await shell.start()`, then `await shell.run(command, timeout_s)`; one command at a time."""
 
-    def __init__(self, client, container_id: str, settings: ShellSettings | None = None,
-                 workdir: str | None = None) -> None:
+    def __init__(
+        self,
+        client,
+        container_id: str,
+        settings: ShellSettings | None = None,
+        workdir: str | None = None,
+    ) -> None:
         self.client = client
         self.container_id = container_id
         self.settings = settings or ShellSettings()
@@ -125,8 +131,14 @@ class PersistentShell:
 
         try:
             exec_id = self.client.api.exec_create(
-                self.container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True,
-                stderr=True, tty=False, environment=SHELL_ENV, workdir=self.workdir,
+                self.container_id,
+                ["bash", "--noprofile", "--norc"],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                environment=SHELL_ENV,
+                workdir=self.workdir,
             )["Id"]
             sock = self.client.api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as e:
@@ -142,10 +154,14 @@ class PersistentShell:
 
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
-        out = MarkedStream(re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()), 64,
-                           self.settings.output_cap_bytes)
-        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), 64,
-                           self.settings.output_cap_bytes)
+        out = MarkedStream(
+            re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()),
+            64,
+            self.settings.output_cap_bytes,
+        )
+        err = MarkedStream(
+            re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), 64, self.settings.output_cap_bytes
+        )
         for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
             stream.feed(self._pending[fd])
         start = time.monotonic()
@@ -157,10 +173,9 @@ class PersistentShell:
         except TimeoutError:
             timed_out = True
             await self._kill_children()
-            try:
+            # If the markers still do not come, the shell itself is stuck: restarted below.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
-            except TimeoutError:
-                pass  # the shell itself is stuck: restarted below
         duration = time.monotonic() - start
         if out.done and err.done:
             self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
@@ -175,10 +190,14 @@ class PersistentShell:
         if timed_out:  # bash's own report of the kill names a PID: not the command's output
             stderr = KILL_REPORT.sub("", stderr)
         return ExecResult(
-            stdout=out.buffer.text(), stderr=stderr, exit_code=exit_code,
-            duration_s=duration, timed_out=timed_out,
+            stdout=out.buffer.text(),
+            stderr=stderr,
+            exit_code=exit_code,
+            duration_s=duration,
+            timed_out=timed_out,
             truncated=out.buffer.truncated or err.buffer.truncated,
-            shell_restarted=restarted, timeout_s=timeout_s,
+            shell_restarted=restarted,
+            timeout_s=timeout_s,
         )
 
     @staticmethod
@@ -202,8 +221,9 @@ class PersistentShell:
 
     async def _kill_children(self) -> None:
         if self.pid is not None:
-            await self.exec_oneoff(["bash", "-c", KILL_TREE, "kill-tree", str(self.pid)],
-                                   timeout_s=30)
+            await self.exec_oneoff(
+                ["bash", "-c", KILL_TREE, "kill-tree", str(self.pid)], timeout_s=30
+            )
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float) -> tuple[int | None, bytes]:
         """Run a command in a separate exec (not the shell); (exit code, combined output)."""
@@ -249,16 +269,15 @@ class PersistentShell:
         except docker.errors.NotFound:
             raise SandboxError("the sandbox container was removed from outside") from None
         if container.status != "running":
-            raise SandboxError(f"the sandbox container is {container.status}, not running "
-                               "(killed from outside?)")
+            raise SandboxError(
+                f"the sandbox container is {container.status}, not running (killed from outside?)"
+            )
 
     async def _close_stream(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
         self._reader = self._writer = None
 
     async def close(self) -> None:

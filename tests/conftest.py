@@ -8,6 +8,7 @@ does), in which case a missing capability is a failure: CI must not pass by skip
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,18 @@ def docker_client(request):
         missing(request, str(e))
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def run_id(docker_client):
+    """Labels every container this session makes; whatever is left at the end is removed."""
+    from environments.gc import gc_containers, remove_run_containers
+
+    gc_containers(docker_client)  # leftovers of earlier sessions that were killed
+    run = f"pytest-{uuid.uuid4().hex[:8]}"
+    yield run
+    leftovers = remove_run_containers(docker_client, run)
+    assert leftovers == 0, f"{leftovers} container(s) of this test session were left behind"
 
 
 @pytest.fixture(scope="session")

@@ -120,7 +120,9 @@ def generate(out: Path, n: int, seed: int, families: list[str] | None = None) ->
     chosen = families or sorted(FAMILIES)
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
-        raise ValueError(f"unknown families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}")
+        raise ValueError(
+            f"unknown families: {', '.join(unknown)}; known: {', '.join(sorted(FAMILIES))}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for index in range(n):

@@ -1,0 +1,144 @@
+"""DockerSandbox against a real Docker engine: terminal semantics and every bad input."""
+
+import asyncio
+import resource
+import subprocess
+import time
+
+import pytest
+
+from environments.errors import SandboxError
+from environments.sandbox import LABEL_RUN, DockerSandbox, SandboxLimits
+from obsspec.types import render_observation
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+async def sandbox(docker_client, base_image, run_id):
+    async with DockerSandbox(
+        docker_client, base_image, SandboxLimits(pids=128), run_id=run_id
+    ) as sb:
+        yield sb
+
+
+async def test_shell_state_persists_like_a_terminal(sandbox):
+    setup = "cd /tmp && x=41 && f() { echo \"f:$1\"; } && alias hi='echo alias-hi'"
+    assert (await sandbox.run(setup)).exit_code == 0
+    result = await sandbox.run("pwd; echo $((x + 1)); f arg; hi")
+    assert result.stdout == "/tmp\n42\nf:arg\nalias-hi\n"
+    await sandbox.run("false")
+    assert (await sandbox.run("echo $?")).stdout == "1\n"  # $? of the previous command
+
+
+async def test_streams_exit_codes_and_deterministic_messages(sandbox):
+    result = await sandbox.run("echo out; echo err >&2; exit_code() { return 3; }; exit_code")
+    assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 3)
+    first = await sandbox.run("no-such-command")
+    await sandbox.run("echo one\necho two\necho three")
+    second = await sandbox.run("no-such-command")
+    assert first.stderr == second.stderr == "bash: line 1: no-such-command: command not found\n"
+    assert first.exit_code == 127
+
+
+async def test_timeout_kills_the_command_and_the_shell_survives(sandbox):
+    await sandbox.run("cd /srv")
+    start = time.monotonic()
+    result = await sandbox.run("echo begun; sleep 1000", timeout_s=2)
+    assert time.monotonic() - start < 4
+    assert result.timed_out and result.exit_code is None and not result.shell_restarted
+    assert result.stdout == "begun\n" and result.stderr == ""
+    assert render_observation(result).endswith("[command timed out after 2 s and was killed]")
+    after = await sandbox.run("pwd; ps -e -o args= | grep -c '^sleep 1000' || true")
+    assert after.stdout == "/srv\n0\n"  # same shell, and the sleep is gone
+
+
+async def test_stuck_shell_builtin_loop_restarts_the_shell(sandbox):
+    result = await sandbox.run("while :; do :; done", timeout_s=1)
+    assert result.timed_out and result.shell_restarted
+    assert (await sandbox.run("echo alive")).stdout == "alive\n"
+
+
+async def test_huge_output_is_capped_while_streaming(sandbox):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = await sandbox.run("yes | head -c 100000000", timeout_s=60)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.stdout) < 1_000_000
+    assert grown_mb < 100
+    assert result.stdout.startswith("y\ny\n") and result.stdout.endswith("y\ny\n")
+
+
+async def test_stdin_is_eof_not_a_hang(sandbox):
+    result = await sandbox.run("cat; read line; echo read=$?; python3 -c 'input()'", timeout_s=10)
+    assert not result.timed_out
+    assert "read=1" in result.stdout and "EOFError" in result.stderr
+
+
+async def test_exit_restarts_the_session_and_says_so(sandbox):
+    await sandbox.run("cd /tmp; x=1")
+    result = await sandbox.run("exit 3")
+    assert result.shell_restarted and result.exit_code == 3
+    assert (await sandbox.run("pwd; echo x=$x")).stdout == "/root\nx=\n"  # fresh shell
+
+
+async def test_binary_output_gives_valid_text(sandbox):
+    result = await sandbox.run("head -c 3000 /dev/urandom; printf '\\xff\\xfe\\x00tail'")
+    text = render_observation(result)
+    text.encode("utf-8")  # valid text: encodes without error
+    assert "\x00" not in text and text.endswith("tail\n[exit code: 0]")
+
+
+async def test_no_network_by_default(sandbox):
+    result = await sandbox.run(
+        'ls /sys/class/net; python3 -c "import socket; '
+        "socket.create_connection(('1.1.1.1', 53), timeout=2)\""
+    )
+    assert result.stdout.split() == ["lo"]
+    assert result.exit_code != 0 and "unreachable" in result.stderr.lower()
+
+
+async def test_fork_bomb_is_contained_by_the_pids_limit(docker_client, base_image, run_id):
+    async with DockerSandbox(
+        docker_client, base_image, SandboxLimits(pids=64), run_id=run_id
+    ) as sb:
+        await sb.run("bomb() { bomb | bomb & }; bomb", timeout_s=5)
+        await asyncio.sleep(2)
+        processes = (await asyncio.to_thread(sb.container.top))["Processes"]
+        assert 32 < len(processes) <= 64  # the bomb ran, and hit the limit
+        assert subprocess.run(["true"], timeout=10).returncode == 0  # the host still forks
+    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}) == []
+
+
+async def test_container_killed_from_outside_is_a_typed_error(docker_client, base_image, run_id):
+    async with DockerSandbox(docker_client, base_image, run_id=run_id) as sb:
+        task = asyncio.create_task(sb.run("sleep 30", timeout_s=60))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(sb.container.kill)
+        start = time.monotonic()
+        with pytest.raises(SandboxError, match=r"killed from outside|no longer exists|removed"):
+            await task
+        assert time.monotonic() - start < 15
+
+
+async def test_background_output_arrives_with_a_later_command(sandbox):
+    await sandbox.run("(sleep 0.3; echo late) &")
+    await asyncio.sleep(0.6)
+    assert "late" in (await sandbox.run("echo now")).stdout
+
+
+async def test_upload_and_read_file(sandbox, tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "check.sh").write_text("echo checked\n")
+    await sandbox.upload(tmp_path / "tests", "/")
+    assert (await sandbox.run("bash /tests/check.sh")).stdout == "checked\n"
+    assert await sandbox.read_file("/tests/check.sh") == b"echo checked\n"
+    assert await sandbox.read_file("/no/such/file") is None
+
+
+async def test_limits_and_labels_are_applied(sandbox, run_id):
+    attrs = sandbox.container.attrs["HostConfig"]
+    assert attrs["PidsLimit"] == 128 and attrs["NanoCpus"] == 1_000_000_000
+    assert "no-new-privileges" in attrs["SecurityOpt"] and attrs["NetworkMode"] == "none"
+    assert sandbox.container.labels[LABEL_RUN] == run_id
+    assert (await sandbox.run("hostname; date +%Z; umask")).stdout == "sandbox\nUTC\n0022\n"
