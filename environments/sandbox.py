@@ -13,6 +13,7 @@ Containers carry labels (run id, owner pid and host) so `obsspec env gc` finds l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import socket
@@ -92,7 +93,7 @@ class DockerSandbox:
 
     async def start(self) -> None:
         start = time.monotonic()
-        self.container = await asyncio.to_thread(self._create)
+        self.container = await self._create_uncancellable()
         try:
             self.shell = PersistentShell(self.client, self.container.id, self.shell_settings)
             await self.shell.start()
@@ -100,6 +101,17 @@ class DockerSandbox:
             await self.aclose()
             raise
         self.start_seconds = time.monotonic() - start
+
+    async def _create_uncancellable(self):
+        """Create the container in a thread; if cancelled meanwhile, remove it once created
+        (a thread cannot be stopped, and a container it creates must not leak)."""
+        creating = asyncio.ensure_future(asyncio.to_thread(self._create))
+        try:
+            return await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(remove_container, await creating)
+            raise
 
     def _create(self):
         import docker.errors
