@@ -29,3 +29,19 @@ class ImageBuildError(EnvironmentFailure):
 
 class SandboxError(EnvironmentFailure):
     pass
+
+
+class VerifierError(EnvironmentFailure):
+    """The verifier ran but produced no usable reward: a broken task, never a zero reward."""
+
+    retryable = False
+
+
+class TaskFormatError(EnvironmentFailure):
+    retryable = False
+
+    def __init__(self, path, message: str, *, field: str | None = None) -> None:
+        self.path = path
+        self.field = field
+        where = f"{path}: field '{field}'" if field else str(path)
+        super().__init__(f"{where}: {message}")

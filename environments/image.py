@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from environments.bootstrap import bootstrap_image
+from environments.build import docker_build, tree_hash
 from environments.errors import ImageBuildError
 
 BASE_REPO = "obsspec/base"
@@ -33,11 +34,7 @@ def recipe_dir() -> Path:
 def recipe_hash(directory: Path | None = None) -> str:
     """sha256 over the recipe's file names and bytes (and the suite), first 12 hex digits."""
     directory = directory or recipe_dir()
-    h = hashlib.sha256(f"suite={SUITE}\n".encode())
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        h.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
+    return hashlib.sha256(f"suite={SUITE}\n{tree_hash(directory)}".encode()).hexdigest()[:12]
 
 
 @dataclass
@@ -110,25 +107,10 @@ def registry_base_available(client, on_log: LogFn) -> bool:
 
 def build_recipe(client, base: str, tag: str, digest: str, used: str, on_log: LogFn) -> list[str]:
     """docker build of the recipe FROM base; returns the last log lines."""
-    tail: list[str] = []
-    stream = client.api.build(
-        path=str(recipe_dir()),
-        tag=tag,
-        buildargs={"BASE": base},
-        labels={"obsspec.recipe": digest, "obsspec.source": used},
-        rm=True,
-        forcerm=True,
-        pull=False,
-        decode=True,
+    labels = {"obsspec.recipe": digest, "obsspec.source": used}
+    return docker_build(
+        client, recipe_dir(), tag, buildargs={"BASE": base}, labels=labels, on_log=on_log
     )
-    for chunk in stream:
-        if "error" in chunk:
-            raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}", log_tail=tail)
-        for line in chunk.get("stream", "").splitlines():
-            if line.strip():
-                tail = [*tail[-19:], line.rstrip()]
-                on_log(line.rstrip())
-    return tail
 
 
 def base_image_status(client, tag: str = f"{BASE_REPO}:latest") -> tuple[bool, str]:

@@ -1,0 +1,62 @@
+"""`docker build` through the SDK, streaming the log and failing with its last lines."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from environments.errors import ImageBuildError
+
+LogFn = Callable[[str], None]
+TAIL_LINES = 20
+
+
+def docker_build(
+    client,
+    context: Path,
+    tag: str,
+    *,
+    buildargs: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    on_log: LogFn = lambda _: None,
+    dockerfile: str | None = None,
+) -> list[str]:
+    """Build context into tag (never pulling: FROM may name a local image). Returns the log
+    tail; raises ImageBuildError carrying it when a step fails."""
+    import docker.errors
+
+    tail: list[str] = []
+    try:
+        stream = client.api.build(
+            path=str(context),
+            tag=tag,
+            buildargs=buildargs or {},
+            labels=labels or {},
+            dockerfile=dockerfile,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                raise ImageBuildError(
+                    f"building {tag} failed: {chunk['error'].strip()}", log_tail=tail
+                )
+            for line in chunk.get("stream", "").splitlines():
+                if line.strip():
+                    tail = [*tail[-(TAIL_LINES - 1) :], line.rstrip()]
+                    on_log(line.rstrip())
+    except docker.errors.APIError as e:
+        raise ImageBuildError(f"building {tag} failed: {e.explanation}", log_tail=tail) from e
+    return tail
+
+
+def tree_hash(root: Path) -> str:
+    """sha256 over every file's relative path and bytes under root, in a fixed order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
