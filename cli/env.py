@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from cli import env_tasks
 from cli.common import (
     ConfigOption,
     JsonOption,
@@ -17,7 +18,10 @@ from cli.common import (
     progress_printer,
 )
 
-app = typer.Typer(help="Sandbox images and containers.", no_args_is_help=True)
+app = typer.Typer(help="Sandboxes, images and tasks.", no_args_is_help=True)
+app.command("generate")(env_tasks.generate)
+app.command("validate")(env_tasks.validate)
+app.command("shell")(env_tasks.shell)
 
 
 class BuildSource(StrEnum):
@@ -121,3 +125,76 @@ def run(
         status = "timed out" if result.timed_out else f"exit {result.exit_code}"
         err.print(f"[dim]({image}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
     raise typer.Exit(124 if result.timed_out else result.exit_code)
+
+
+@app.command()
+def gc(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Remove every obsspec container, live runs' too.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Remove sandbox containers (and their volumes) left behind by runs that died."""
+    from environments.docker_api import connect
+    from environments.gc import gc_containers
+
+    client = connect()
+    try:
+        report = gc_containers(client, everything=everything, dry_run=dry_run)
+    finally:
+        client.close()
+    if json_output:
+        emit_json(
+            {
+                "removed": report.removed,
+                "dry_run": dry_run,
+                "kept_live": report.kept_live,
+                "kept_other_host": report.kept_other_host,
+            }
+        )
+        return
+    verb = "would remove" if dry_run else "removed"
+    out.print(
+        f"{verb} {len(report.removed)} container(s); kept {report.kept_live} of live runs"
+        f" and {report.kept_other_host} of other hosts"
+    )
+
+
+@app.command()
+def bench(
+    n: Annotated[int, typer.Option("--n", min=5, help="Commands to time.")] = 100,
+    starts: Annotated[int, typer.Option("--starts", min=2, help="Sandbox starts to time.")] = 10,
+    image: Annotated[str | None, typer.Option("--image", help="Image [default: base].")] = None,
+    json_output: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Time our sandbox against plain Docker: command round trip and sandbox acquisition."""
+    import asyncio
+    import uuid
+
+    from environments.bench import run_bench
+    from environments.docker_api import connect
+    from environments.gc import remove_run_containers
+
+    settings = global_config(config)
+    client = connect()
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        result = asyncio.run(
+            run_bench(client, image or settings.base_image, run_id, n_exec=n, n_acquire=starts)
+        )
+    finally:
+        remove_run_containers(client, run_id)
+        client.close()
+    if json_output:
+        emit_json(result)
+        return
+    out.print(
+        f"command round trip: {result['exec_ms_p50']:.2f} ms (docker exec "
+        f"{result['docker_exec_ms_p50']:.1f} ms, ratio {result['exec_overhead_ratio']:.3f})"
+    )
+    out.print(
+        f"sandbox acquire: {result['acquire_ms_p50']:.2f} ms warm, "
+        f"{result['cold_start_ms_p50']:.0f} ms cold"
+    )
