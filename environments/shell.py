@@ -110,10 +110,12 @@ class PersistentShell:
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
         self._pending: dict[int, bytes] = {STDOUT: b"", STDERR: b""}
+        self._header: bytes | None = None  # a frame header whose payload is not read yet
 
     async def start(self) -> None:
         sock = await asyncio.to_thread(self._open_exec_socket)
         self._reader, self._writer = await asyncio.open_connection(sock=sock)
+        self._header = None
         self._writer.write(INIT.encode())
         await self._writer.drain()
         stream = MarkedStream(READY, hold=64, cap=4096)
@@ -211,13 +213,22 @@ class PersistentShell:
         streams = {STDOUT: out, STDERR: err}
         while not (out.done and (err is None or err.done)):
             try:
-                header = await self._reader.readexactly(8)
-                payload = await self._reader.readexactly(int.from_bytes(header[4:8], "big"))
+                kind, payload = await self._next_frame()
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the shell is gone
-            target = streams.get(header[0])
+            target = streams.get(kind)
             if target is not None:
                 target.feed(payload)
+
+    async def _next_frame(self) -> tuple[int, bytes]:
+        """One frame of the multiplexed stream. A header already read is kept across a
+        cancellation (a timeout may strike between header and payload), so the stream never
+        loses its framing."""
+        if self._header is None:
+            self._header = await self._reader.readexactly(8)
+        payload = await self._reader.readexactly(int.from_bytes(self._header[4:8], "big"))
+        kind, self._header = self._header[0], None
+        return kind, payload
 
     async def _kill_children(self) -> None:
         if self.pid is not None:

@@ -111,3 +111,47 @@ def test_env_build_is_cached(base_image):
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["built"] is False and "obsspec/base:latest" in payload["tags"]
+
+
+@pytest.mark.docker
+def test_env_bench_json_keys(base_image):
+    result = obsspec("env", "bench", "--json", "--n", "20", "--starts", "2")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    for key in ("exec_ms_p50", "docker_exec_ms_p50", "exec_overhead_ratio", "acquire_ms_p50",
+                "cold_start_ms_p50"):
+        assert payload[key] > 0
+    assert payload["exec_overhead_ratio"] < 1  # ours is faster than docker exec
+
+
+@pytest.mark.docker
+def test_env_validate_hand_made_tasks(base_image):
+    fixtures = Path(__file__).parent.parent / "fixtures" / "tasks"
+    result = obsspec("env", "validate", str(fixtures), "--json", timeout=900)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert (payload["tasks"], payload["solution_pass"], payload["noop_fail"]) == (2, 2, 2)
+
+
+@pytest.mark.docker
+def test_env_shell_runs_a_script_in_a_task(base_image):
+    fixtures = Path(__file__).parent.parent / "fixtures" / "tasks"
+    result = subprocess.run(
+        [OBSSPEC, "env", "shell", str(fixtures / "harbor-greeting"), "--verify"],
+        input="cd /srv\ncat user.txt\npwd\n", capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "$ cat user.txt\nAda\n[exit code: 0]" in result.stdout
+    assert "/srv\n[exit code: 0]" in result.stdout and "reward: 0" in result.stdout
+
+
+@pytest.mark.docker
+def test_env_gc_json(base_image):
+    result = obsspec("env", "gc", "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["dry_run"] is True
+
+
+def test_env_validate_bad_path_is_one_line(tmp_path):
+    result = obsspec("env", "validate", str(tmp_path / "none"))
+    assert result.returncode == 1 and "no task directories" in result.stderr
+    assert "Traceback" not in result.stderr
