@@ -5,8 +5,9 @@
 
 Isolation: resource limits (cpus, memory, pids), no network unless allowed, no-new-privileges,
 capabilities cut to what a root shell in a task needs, an init process that reaps orphans.
-Determinism: fixed hostname, TZ, locale, umask and HOME (see SHELL_ENV). Still
-nondeterministic: clock times and file timestamps, process ids, durations, randomness.
+Determinism: fixed hostname, TZ, locale and umask (SHELL_ENV, INIT); HOME and the working
+directory as the image sets them (/root in ours). Still nondeterministic: clock times and
+file timestamps, process ids, durations, randomness.
 Containers carry labels (run id, owner pid and host) so `obsspec env gc` finds leftovers.
 """
 
