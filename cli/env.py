@@ -133,21 +133,26 @@ def gc(
         bool, typer.Option("--all", help="Remove every obsspec container, live runs' too.")
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+    images: Annotated[
+        bool, typer.Option("--images", help="Also remove cached task images (rebuilt on demand).")
+    ] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Remove sandbox containers (and their volumes) left behind by runs that died."""
     from environments.docker_api import connect
-    from environments.gc import gc_containers
+    from environments.gc import gc_containers, remove_task_images
 
     client = connect()
     try:
         report = gc_containers(client, everything=everything, dry_run=dry_run)
+        removed_images = remove_task_images(client, dry_run=dry_run) if images else []
     finally:
         client.close()
     if json_output:
         emit_json(
             {
                 "removed": report.removed,
+                "removed_images": removed_images,
                 "dry_run": dry_run,
                 "kept_live": report.kept_live,
                 "kept_other_host": report.kept_other_host,
@@ -158,6 +163,7 @@ def gc(
     out.print(
         f"{verb} {len(report.removed)} container(s); kept {report.kept_live} of live runs"
         f" and {report.kept_other_host} of other hosts"
+        + (f"; {verb} {len(removed_images)} task image(s)" if images else "")
     )
 
 

@@ -8,6 +8,7 @@ anonymous volumes. Containers of live runs, or of other hosts, are left alone un
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -58,6 +59,26 @@ def gc_containers(client, *, everything: bool = False, dry_run: bool = False) ->
             remove_container(container)
         report.removed.append(container.short_id)
     return report
+
+
+def remove_task_images(client, *, dry_run: bool = False) -> list[str]:
+    """Remove cached task images (obsspec-task/*) that no container uses; they are rebuilt
+    on demand from their task directories."""
+    import docker.errors
+
+    from environments.tasks.images import TASK_REPO
+
+    in_use = {c.image.id for c in client.containers.list(all=True) if c.image is not None}
+    removed = []
+    for image in client.images.list(name=f"{TASK_REPO}/*"):
+        if image.id in in_use:
+            continue
+        for tag in image.tags:
+            if not dry_run:
+                with contextlib.suppress(docker.errors.APIError):
+                    client.images.remove(tag)
+            removed.append(tag)
+    return removed
 
 
 def remove_run_containers(client, run_id: str) -> int:
