@@ -118,8 +118,13 @@ def test_env_bench_json_keys(base_image):
     result = obsspec("env", "bench", "--json", "--n", "20", "--starts", "2")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
-    for key in ("exec_ms_p50", "docker_exec_ms_p50", "exec_overhead_ratio", "acquire_ms_p50",
-                "cold_start_ms_p50"):
+    for key in (
+        "exec_ms_p50",
+        "docker_exec_ms_p50",
+        "exec_overhead_ratio",
+        "acquire_ms_p50",
+        "cold_start_ms_p50",
+    ):
         assert payload[key] > 0
     assert payload["exec_overhead_ratio"] < 1  # ours is faster than docker exec
 
@@ -138,7 +143,11 @@ def test_env_shell_runs_a_script_in_a_task(base_image):
     fixtures = Path(__file__).parent.parent / "fixtures" / "tasks"
     result = subprocess.run(
         [OBSSPEC, "env", "shell", str(fixtures / "harbor-greeting"), "--verify"],
-        input="cd /srv\ncat user.txt\npwd\n", capture_output=True, text=True, timeout=300)
+        input="cd /srv\ncat user.txt\npwd\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "$ cat user.txt\nAda\n[exit code: 0]" in result.stdout
     assert "/srv\n[exit code: 0]" in result.stdout and "reward: 0" in result.stdout

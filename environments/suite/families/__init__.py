@@ -1,6 +1,16 @@
 """Importing this package registers every family (each module uses @family)."""
 
 from environments.suite.families import (  # noqa: F401
-    data,
-    files,
+    archive_repack,
+    bulk_data,
+    csv_json,
+    env_config,
+    file_organize,
+    find_cleanup,
+    git_bisect,
+    log_analysis,
+    make_build,
+    permissions_fix,
+    text_logs,
+    unittest_fix,
 )
