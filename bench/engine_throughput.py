@@ -15,7 +15,7 @@ import time
 
 
 async def measure(engine, prompt_ids, streams: int, tokens: int, seed: int) -> float:
-    from obsspec.inference.vllm_local import Sampling
+    from obsspec.inference.base import Sampling
 
     start = time.monotonic()
     gens = await asyncio.gather(

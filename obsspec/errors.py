@@ -7,7 +7,9 @@
     │   │                           (obsspec.models)
     │   └── ModelDownloadError      the package index did not deliver (retryable)
     ├── EngineError                 an inference engine failed to start or to answer
-    │                               (obsspec.inference)
+    │   │                           (obsspec.inference)
+    │   └── ContextLengthError      the context no longer fits the model (not retryable:
+    │                               the episode ends with that reason)
     └── EnvironmentFailure          anything that touches a sandbox (environments.errors):
         ├── DockerUnavailable       no Docker daemon answers
         ├── ImageBuildError         an image could not be built (carries the log tail)
@@ -49,3 +51,9 @@ class EngineError(ObsspecError):
     """An inference engine failed to start or to answer."""
 
     retryable = True
+
+
+class ContextLengthError(EngineError):
+    """The context no longer fits the engine: the episode ends; retrying cannot help."""
+
+    retryable = False

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field
 
 from obsspec.config import StrictModel
-from obsspec.errors import EngineError
+from obsspec.errors import ContextLengthError, EngineError
+from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
 
 
 class EngineSettings(StrictModel):
@@ -30,20 +30,45 @@ class EngineSettings(StrictModel):
     seed: int = Field(default=0, description="Engine seed (per-request seeds override it).")
 
 
-class Sampling(StrictModel):
-    max_tokens: int = Field(default=256, ge=1, description="Most tokens to generate.")
-    temperature: float = Field(default=0.0, ge=0, description="0 means greedy.")
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    seed: int | None = Field(default=None, description="Per-request seed for reproducibility.")
+def timings_of(metrics, total_s: float) -> Timings:
+    """Queue, prefill and decode seconds from vLLM's per-request stats (engine clock)."""
+    if metrics is None or not metrics.scheduled_ts:
+        return Timings(0.0, 0.0, 0.0, total_s)
+    first = metrics.first_token_ts or metrics.scheduled_ts
+    last = metrics.last_token_ts or first
+    return Timings(
+        queue_s=max(metrics.scheduled_ts - metrics.queued_ts, 0.0),
+        prefill_s=max(first - metrics.scheduled_ts, 0.0),
+        decode_s=max(last - first, 0.0),
+        total_s=total_s,
+    )
 
 
-@dataclass(frozen=True)
-class Generation:
-    token_ids: list[int]
-    logprobs: list[float]  # log-probability of each generated token under the engine's weights
-    text: str
-    finish_reason: str  # "stop", "length" or "abort"
-    seconds: float
+class LoadTracker:
+    """A vLLM stat logger that only remembers the scheduler's latest load (no log output)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+
+    def factory(self, vllm_config, engine_index: int = 0):
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        tracker = self
+
+        class Recorder(StatLoggerBase):
+            def __init__(self, *_args, **_kwargs) -> None:
+                pass
+
+            def record(self, scheduler_stats, iteration_stats, *args, **kwargs) -> None:
+                if scheduler_stats is not None:
+                    tracker.running = scheduler_stats.num_running_reqs
+                    tracker.waiting = scheduler_stats.num_waiting_reqs
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return Recorder(vllm_config, engine_index)
 
 
 class LocalVLLMEngine:
@@ -52,6 +77,8 @@ class LocalVLLMEngine:
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self._llm = None
+        self._load = LoadTracker()
+        self.weight_version = 0
 
     async def __aenter__(self) -> LocalVLLMEngine:
         await self.start()
@@ -74,10 +101,10 @@ class LocalVLLMEngine:
             enforce_eager=True,  # no compile step: starts in seconds, matters on CPU
             scheduling_policy="priority",  # speculative requests run at lower priority
             kv_cache_memory_bytes=int(s.kv_cache_gb * (1 << 30)),
-            disable_log_stats=True,
+            disable_log_stats=True,  # no periodic log lines; the LoadTracker still gets stats
         )
         try:
-            self._llm = AsyncLLM.from_engine_args(args)
+            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except Exception as e:
             raise EngineError(f"vLLM could not start on {s.model}: {e}") from e
 
@@ -90,41 +117,78 @@ class LocalVLLMEngine:
         priority: int = 0,
     ) -> Generation:
         """Generate from exact prompt token ids. Lower priority values are scheduled first."""
-        from vllm import SamplingParams
-
         if self._llm is None:
             raise EngineError("engine is not started (use `async with`)")
+        room = self.settings.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise ContextLengthError(
+                f"the context has {len(prompt_ids)} tokens; the engine's limit is "
+                f"{self.settings.max_model_len}"
+            )
+        start = time.monotonic()
+        final = await self._stream(
+            prompt_ids,
+            sampling,
+            min(sampling.max_tokens, room),
+            request_id or uuid.uuid4().hex,
+            priority,
+        )
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        steps = completion.logprobs or []
+        return Generation(
+            token_ids=ids,
+            logprobs=[step[token].logprob for step, token in zip(steps, ids, strict=False)],
+            text=completion.text,
+            finish_reason=completion.finish_reason or "abort",
+            timings=timings_of(final.metrics, time.monotonic() - start),
+            weight_version=self.weight_version,
+        )
+
+    async def _stream(
+        self, prompt_ids, sampling: Sampling, max_tokens: int, request_id: str, priority: int
+    ):
+        """The final (cumulative) output of one request; engine failures become EngineError."""
+        from vllm import SamplingParams
+
         params = SamplingParams(
-            max_tokens=sampling.max_tokens,
+            max_tokens=max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             seed=sampling.seed,
             logprobs=0,
         )
-        start = time.monotonic()
-        final = None  # the generator yields cumulative outputs; the last one is complete
-        stream = self._llm.generate(
-            {"prompt_token_ids": list(prompt_ids)},
-            params,
-            request_id=request_id or uuid.uuid4().hex,
-            priority=priority,
-        )
-        async for output in stream:
-            final = output
+        final = None
+        try:
+            async for output in self._llm.generate(
+                {"prompt_token_ids": list(prompt_ids)},
+                params,
+                request_id=request_id,
+                priority=priority,
+            ):
+                final = output
+        except asyncio.CancelledError:
+            raise  # the caller cancelled: vLLM aborts the request
+        except Exception as e:
+            raise EngineError(f"vLLM failed on request {request_id}: {e}") from e
         if final is None:
-            raise EngineError("vLLM returned no output")
-        completion = final.outputs[0]
-        ids = list(completion.token_ids)
-        logprobs = [
-            step[token].logprob for step, token in zip(completion.logprobs or [], ids, strict=False)
-        ]
-        return Generation(
-            ids,
-            logprobs,
-            completion.text,
-            completion.finish_reason or "abort",
-            time.monotonic() - start,
-        )
+            raise EngineError(f"vLLM returned no output for request {request_id}")
+        return final
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self._load.running, self._load.waiting, self.weight_version)
+
+    async def load_weights(self, checkpoint: Path) -> None:
+        """Swap in the safetensors weights of an HF directory (same architecture), in place."""
+        if self._llm is None:
+            raise EngineError("engine is not started")
+        try:
+            await self._llm.collective_rpc(
+                "reload_weights", kwargs={"weights_path": str(checkpoint)}
+            )
+        except Exception as e:
+            raise EngineError(f"could not load weights from {checkpoint}: {e}") from e
+        self.weight_version += 1
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (running or waiting); 0 when idle."""

@@ -6,7 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine, Sampling
+from obsspec.errors import ContextLengthError
+from obsspec.inference.base import Sampling
+from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 
 pytestmark = pytest.mark.vllm
 
@@ -83,3 +85,57 @@ async def test_default_model_answers_sensibly(default_model_dir):
         )
     assert "4" in gen.text
     assert gen.finish_reason == "stop"
+
+
+async def test_timings_and_weight_version_are_reported(tiny_engine, tiny_model_dir):
+    gen = await tiny_engine.generate(chat_ids(tiny_model_dir, "ls"), Sampling(max_tokens=8))
+    t = gen.timings
+    assert min(t.queue_s, t.prefill_s, t.decode_s) >= 0
+    assert t.queue_s + t.prefill_s + t.decode_s <= t.total_s + 0.05
+    assert gen.weight_version == tiny_engine.weight_version
+
+
+async def test_prompt_longer_than_the_context_is_a_clear_error(tiny_engine):
+    with pytest.raises(ContextLengthError, match="limit is 1024"):
+        await tiny_engine.generate([1] * 1024, Sampling(max_tokens=4))
+    near_limit = await tiny_engine.generate([1] * 1020, Sampling(max_tokens=50))
+    assert len(near_limit.token_ids) <= 4  # clamped to the room left
+
+
+async def test_stats_show_load(tiny_engine, tiny_model_dir):
+    prompt = chat_ids(tiny_model_dir, "top")
+    tasks = [
+        asyncio.create_task(
+            tiny_engine.generate(
+                prompt, Sampling(max_tokens=300, temperature=1.0, seed=i), priority=5
+            )
+        )
+        for i in range(6)
+    ]
+    seen = 0
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        seen = max(seen, tiny_engine.stats().running + tiny_engine.stats().waiting)
+        if seen >= 6:
+            break
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert seen >= 6
+
+
+async def test_load_weights_swaps_in_place(
+    tiny_engine, tiny_model_dir, default_model_dir, tmp_path
+):
+    from obsspec.models.tiny import make_tiny_model
+
+    other = make_tiny_model(default_model_dir, tmp_path / "other", seed=1)
+    prompt = chat_ids(tiny_model_dir, "whoami")
+    before = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
+    version = tiny_engine.weight_version
+    await tiny_engine.load_weights(other)
+    swapped = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
+    await tiny_engine.load_weights(tiny_model_dir)
+    restored = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
+    assert swapped.token_ids != before.token_ids and restored.token_ids == before.token_ids
+    assert (swapped.weight_version, restored.weight_version) == (version + 1, version + 2)

@@ -1,0 +1,68 @@
+"""The Engine contract: token ids in, token ids out, cancellable, with load and timings.
+
+    generation = await engine.generate(prompt_ids, Sampling(max_tokens=256), priority=1)
+
+Cancelling the task that awaits `generate` aborts the request inside the engine (its slot is
+freed at once). Lower `priority` values are scheduled first: real turns use 0, speculative
+ones a larger number. `load_weights` swaps weights in place, and every Generation records the
+weight version that produced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import Field
+
+from obsspec.config import StrictModel
+
+
+class Sampling(StrictModel):
+    max_tokens: int = Field(default=256, ge=1, description="Most tokens to generate.")
+    temperature: float = Field(default=0.0, ge=0, description="0 means greedy.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    seed: int | None = Field(default=None, description="Per-request seed for reproducibility.")
+
+
+@dataclass(frozen=True)
+class Timings:
+    queue_s: float  # waiting to be scheduled
+    prefill_s: float  # scheduled until the first token
+    decode_s: float  # first token until the last
+    total_s: float  # as the caller saw it
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: list[int]
+    logprobs: list[float]  # of each generated token, under the weights that produced it
+    text: str
+    finish_reason: str  # "stop", "length" or "abort"
+    timings: Timings
+    weight_version: int = 0
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int  # requests being decoded
+    waiting: int  # requests queued for a slot
+    weight_version: int
+
+
+class Engine(Protocol):
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+    ) -> Generation: ...
+
+    async def load_weights(self, checkpoint: Path) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    async def aclose(self) -> None: ...
