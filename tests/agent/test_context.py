@@ -22,7 +22,7 @@ def test_context_equals_the_rendered_conversation(tokenizer):
         {"role": "user", "content": "Task: list files"},
     ]
     for reply, obs in zip(replies, observations, strict=True):
-        generated = builder.encode(reply) + [builder.end_of_turn_id]  # as a model stops
+        generated = [*builder.encode(reply), builder.end_of_turn_id]  # as a model stops
         context.extend(generated, generated=True, logprobs=[-0.5] * len(generated))
         context.extend(builder.turn_end_ids(generated), generated=False)
         context.extend(builder.observation_ids(obs), generated=False)

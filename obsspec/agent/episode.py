@@ -1,0 +1,164 @@
+"""The sequential episode: generate, parse, execute, observe, repeat; then verify.
+
+This is the baseline that speculation must beat and reproduce exactly. It reads top to bottom:
+
+    acquire a sandbox (counts toward the deadline)
+    context = prompt ids
+    each turn: generate on the exact context -> parse the reply -> run the command (or send the
+               fixed corrective, or stop on done) -> append the observation's ids
+    verify (unless the infrastructure failed), release the sandbox
+
+Episode-ending events are exceptions caught in one place. Infrastructure failures (sandbox,
+engine) end the episode with error_kind "infra" (retryable, masked from training); running
+out of turns, time or context are outcomes of the policy and stay data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pydantic import Field
+
+from environments.pool import SandboxPool
+from environments.sandbox import DockerSandbox
+from environments.tasks.model import Task
+from environments.tasks.verifier import verify
+from obsspec.agent.context import ChatContextBuilder, TokenContext
+from obsspec.agent.protocol import (
+    CORRECTIVE_OBSERVATIONS,
+    SYSTEM_PROMPTS,
+    ActionFormat,
+    parse_action,
+    task_prompt,
+)
+from obsspec.config import StrictModel
+from obsspec.errors import ContextLengthError, ObsspecError
+from obsspec.inference.base import Engine, Sampling
+from obsspec.trajectory import Trajectory, Turn
+from obsspec.types import render_observation
+
+
+class EpisodeLimits(StrictModel):
+    max_turns: int = Field(default=30, ge=1, description="Turns before the episode stops.")
+    max_tokens: int = Field(default=512, ge=1, description="Tokens per policy reply.")
+    command_timeout_s: float = Field(default=60, gt=0, description="Seconds per command.")
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Whole episode, sandbox start included [default: the task's agent timeout].",
+    )
+    temperature: float = Field(default=1.0, ge=0, description="Policy sampling temperature.")
+    action_format: ActionFormat = Field(default=ActionFormat.markdown)
+    observation_max_chars: int = Field(default=10_000, ge=100)
+
+
+class EpisodeEnd(Exception):
+    """Raised inside the turn loop to end the episode with a reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """Each turn's sampling seed: reproducible, distinct per turn and per episode seed."""
+    return (seed * 1_000_003 + turn) % (2**31)
+
+
+async def run_episode(
+    task: Task,
+    pool: SandboxPool,
+    engine: Engine,
+    builder: ChatContextBuilder,
+    limits: EpisodeLimits,
+    *,
+    seed: int = 0,
+    model: str = "",
+) -> Trajectory:
+    fmt = limits.action_format
+    prompt = builder.prompt_ids(SYSTEM_PROMPTS[fmt], task_prompt(task.instruction))
+    trajectory = Trajectory(task.id, task.content_hash, model, seed, prompt)
+    context = TokenContext()
+    context.extend(prompt, generated=False)
+    deadline = limits.deadline_s or task.agent_timeout_s
+    start = time.monotonic()
+    sandbox: DockerSandbox | None = None
+    try:
+        async with asyncio.timeout(deadline):
+            sandbox = await pool.acquire()
+            trajectory.sandbox_start_s = time.monotonic() - start
+            await turn_loop(trajectory, context, sandbox, engine, builder, limits)
+    except EpisodeEnd as end:
+        trajectory.finish_reason = end.reason  # type: ignore[assignment]
+        trajectory.declared_done = end.reason == "done"
+    except ContextLengthError as e:
+        trajectory.finish_reason, trajectory.error = "context_length", str(e)
+    except TimeoutError:
+        trajectory.finish_reason = "deadline"
+    except ObsspecError as e:
+        trajectory.finish_reason, trajectory.error = "infra_error", str(e)
+        trajectory.error_kind = "infra" if e.retryable else "model"
+    trajectory.agent_s = time.monotonic() - start - trajectory.sandbox_start_s
+    trajectory.context_ids, trajectory.mask = context.ids, context.mask
+    trajectory.logprobs = context.logprobs
+    try:
+        if sandbox is not None and trajectory.error_kind is None:
+            outcome = await verify(task, sandbox)
+            trajectory.reward, trajectory.verifier_s = outcome.reward, outcome.seconds
+    except ObsspecError as e:
+        trajectory.error, trajectory.error_kind = str(e), "infra"
+    finally:
+        if sandbox is not None:
+            await pool.release(sandbox)
+    return trajectory
+
+
+async def turn_loop(
+    trajectory: Trajectory,
+    context: TokenContext,
+    sandbox: DockerSandbox,
+    engine: Engine,
+    builder: ChatContextBuilder,
+    limits: EpisodeLimits,
+) -> None:
+    fmt = limits.action_format
+    for index in range(limits.max_turns):
+        sampling = Sampling(
+            max_tokens=limits.max_tokens,
+            temperature=limits.temperature,
+            seed=turn_seed(trajectory.seed, index),
+        )
+        gen = await engine.generate(context.ids, sampling, priority=0)
+        context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
+        action = parse_action(gen.text, fmt)
+        turn = Turn(
+            index,
+            gen.text,
+            action.kind,
+            action.command,
+            "",
+            gen.token_ids,
+            gen.logprobs,
+            [],
+            generation_finish=gen.finish_reason,
+            gen_s=gen.timings.total_s,
+            weight_version=gen.weight_version,
+        )
+        trajectory.turns.append(turn)
+        if action.kind == "done":
+            raise EpisodeEnd("done")
+        if action.kind == "invalid":
+            turn.observation = CORRECTIVE_OBSERVATIONS[fmt]
+        else:
+            result = await sandbox.run(action.command, timeout_s=limits.command_timeout_s)
+            turn.observation = render_observation(result, limits.observation_max_chars)
+            turn.exit_code, turn.timed_out, turn.exec_s = (
+                result.exit_code,
+                result.timed_out,
+                result.duration_s,
+            )
+        turn.observation_ids = builder.turn_end_ids(gen.token_ids) + builder.observation_ids(
+            turn.observation
+        )
+        context.extend(turn.observation_ids, generated=False)
+    raise EpisodeEnd("max_turns")

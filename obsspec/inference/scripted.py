@@ -1,0 +1,80 @@
+"""A deterministic engine for tests: replies are a function of the context, nothing else.
+
+    engine = ScriptedEngine(tokenizer, lambda context_text: "```bash\nls\n```")
+
+Each reply is tokenised and ended with the end-of-turn token (as a real model stops), with a
+fixed logprob per token. Optional delays make it behave like a slow model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from obsspec.errors import ContextLengthError
+from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
+
+
+class ScriptedEngine:
+    def __init__(
+        self,
+        tokenizer,
+        reply: Callable[[str], str],
+        *,
+        max_model_len: int = 8192,
+        seconds_per_token: float = 0.0,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.reply = reply
+        self.max_model_len = max_model_len
+        self.seconds_per_token = seconds_per_token
+        self.weight_version = 0
+        self.prompts: list[list[int]] = []  # every context it was asked to continue
+        self._running = 0
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+    ) -> Generation:
+        if len(prompt_ids) >= self.max_model_len:
+            raise ContextLengthError(
+                f"the context has {len(prompt_ids)} tokens; the engine's "
+                f"limit is {self.max_model_len}"
+            )
+        start = time.monotonic()
+        self.prompts.append(list(prompt_ids))
+        text = self.reply(self.tokenizer.decode(prompt_ids))
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = ids[: sampling.max_tokens]
+        finish = "length"
+        if len(ids) < sampling.max_tokens:
+            ids, finish = [*ids, self.tokenizer.eos_token_id], "stop"
+        self._running += 1
+        try:
+            await asyncio.sleep(self.seconds_per_token * len(ids))
+        finally:
+            self._running -= 1
+        total = time.monotonic() - start
+        return Generation(
+            ids,
+            [-0.25] * len(ids),
+            self.tokenizer.decode(ids, skip_special_tokens=True),
+            finish,
+            Timings(0.0, 0.0, total, total),
+            self.weight_version,
+        )
+
+    async def load_weights(self, checkpoint: Path) -> None:
+        self.weight_version += 1
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self._running, 0, self.weight_version)
+
+    async def aclose(self) -> None:
+        pass
