@@ -8,6 +8,10 @@ does), in which case a missing capability is a failure: CI must not pass by skip
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -97,3 +101,61 @@ def base_image(request, docker_client, settings) -> str:
     if not current:
         missing(request, f"{detail} (run `obsspec env build`)")
     return settings.base_image
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """A real `vllm serve` (OpenAI-compatible) with the tiny model, served as 'tiny'."""
+    import httpx
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "vllm.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny_model_dir),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        str(256 << 20),
+        "--scheduling-policy",
+        "priority",
+        "--disable-uvicorn-access-log",
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("vllm serve did not become healthy in 120 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -146,3 +146,22 @@ async def test_real_engine_runs_the_same_path(task_and_pool, tiny_engine, tiny_m
         expected += turn.action_ids + turn.observation_ids
         assert len(turn.action_logprobs) == len(turn.action_ids)
     assert traj.context_ids == expected
+
+
+@pytest.mark.vllm
+async def test_episode_through_an_openai_compatible_server(
+    task_and_pool, vllm_server, tiny_model_dir
+):
+    from obsspec.inference.openai_http import OpenAIEngine
+
+    task, pool = task_and_pool
+    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(tiny_model_dir))
+    async with OpenAIEngine(vllm_server, "tiny") as engine:
+        traj = await run_episode(
+            task, pool, engine, builder, EpisodeLimits(max_turns=2, max_tokens=16), seed=2
+        )
+    assert len(traj.turns) >= 1 and traj.reward is not None
+    expected = list(traj.prompt_ids)
+    for turn in traj.turns:
+        expected += turn.action_ids + turn.observation_ids
+    assert traj.context_ids == expected

@@ -1,0 +1,157 @@
+"""An Engine over any OpenAI-compatible completions server (e.g. `vllm serve`).
+
+Contexts stay exact: prompts are sent as token ids, and the reply's token ids come back
+(`return_token_ids`, a vLLM extension; servers without it are refused with a clear error
+rather than re-tokenising text). Per-token logprobs are requested too. Cancelling the awaiting
+task closes the HTTP request, which makes vLLM abort the request. Load comes from the
+server's Prometheus metrics, polled in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+import uuid
+from pathlib import Path
+
+from obsspec.errors import ContextLengthError, EngineError
+from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
+
+METRIC = re.compile(r"^vllm:num_requests_(running|waiting)\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+
+
+class OpenAIEngine:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        poll_s: float = 1.0,
+    ) -> None:
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0)
+        )
+        self.poll_s = poll_s
+        self.weight_version = 0
+        self._running = self._waiting = 0
+        self._poller: asyncio.Task | None = None
+
+    async def __aenter__(self) -> OpenAIEngine:
+        await self.check()
+        self._poller = asyncio.create_task(self._poll_load())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def check(self) -> None:
+        """The server answers and serves self.model."""
+        try:
+            response = await self._http.get("/v1/models")
+            response.raise_for_status()
+        except Exception as e:
+            raise EngineError(
+                f"no OpenAI-compatible server answers at {self.base_url}: {e}",
+                hint="start one, e.g. `vllm serve MODEL`",
+            ) from e
+        served = [m["id"] for m in response.json().get("data", [])]
+        if self.model not in served:
+            raise EngineError(f"{self.base_url} serves {served}, not {self.model!r}")
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+    ) -> Generation:
+        body = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 1,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "request_id": request_id or uuid.uuid4().hex,
+            "priority": priority,
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        start = time.monotonic()
+        response = await self._post(body)
+        choice = response["choices"][0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise EngineError(
+                f"{self.base_url} does not return token ids (return_token_ids); "
+                "exact contexts need a vLLM-compatible server"
+            )
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or [0.0] * len(ids)
+        total = time.monotonic() - start
+        return Generation(
+            list(ids),
+            [float(x or 0.0) for x in logprobs],
+            choice["text"],
+            choice.get("finish_reason") or "abort",
+            Timings(0.0, 0.0, 0.0, total),
+            self.weight_version,
+        )
+
+    async def _post(self, body: dict) -> dict:
+        import httpx
+
+        try:
+            response = await self._http.post("/v1/completions", json=body)
+        except httpx.HTTPError as e:
+            raise EngineError(f"the server at {self.base_url} failed: {e!r}") from e
+        if response.status_code == 400 and "maximum" in response.text and "length" in response.text:
+            raise ContextLengthError(f"the server refused the context: {response.text[:300]}")
+        if response.status_code != 200:
+            raise EngineError(f"the server answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    async def _poll_load(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # load is advisory; never fail a run on it
+                text = (await self._http.get("/metrics")).text
+                values = {kind: float(v) for kind, v in METRIC.findall(text)}
+                self._running = int(values.get("running", 0))
+                self._waiting = int(values.get("waiting", 0))
+            await asyncio.sleep(self.poll_s)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self._running, self._waiting, self.weight_version)
+
+    async def load_weights(self, checkpoint: Path) -> None:
+        """Needs a vLLM server started with VLLM_SERVER_DEV_MODE=1 (its /collective_rpc)."""
+        response = await self._http.post(
+            "/collective_rpc",
+            json={"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}},
+        )
+        if response.status_code != 200:
+            raise EngineError(
+                f"{self.base_url} cannot reload weights ({response.status_code}); "
+                "start vLLM with VLLM_SERVER_DEV_MODE=1, or use the in-process "
+                "engine"
+            )
+        self.weight_version += 1
+
+    async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+        await self._http.aclose()
