@@ -26,7 +26,12 @@ class EngineSettings(StrictModel):
         default=1.0, gt=0, description="KV-cache memory in GiB (set explicitly so engines fit)."
     )
     dtype: str = Field(default="auto", description="Weights dtype: auto, float32, bfloat16...")
-    max_num_seqs: int = Field(default=16, ge=1, description="Concurrent sequences per step.")
+    max_num_seqs: int = Field(
+        default=64,
+        ge=1,
+        description="Sequences decoded at once; keep it above the number of "
+        "concurrent episodes so that real turns never wait for a slot.",
+    )
     seed: int = Field(default=0, description="Engine seed (per-request seeds override it).")
 
 

@@ -139,3 +139,49 @@ async def test_load_weights_swaps_in_place(
     restored = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
     assert swapped.token_ids != before.token_ids and restored.token_ids == before.token_ids
     assert (swapped.weight_version, restored.weight_version) == (version + 1, version + 2)
+
+
+async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):
+    """Flood the engine with low-priority prefill work (long prompts, more than one step's
+    token budget); a priority -1 request's time to first token stays near its unloaded value,
+    while a late request of the flood's priority waits behind the flood."""
+    prompt = chat_ids(tiny_model_dir, "ps aux")
+    long_prompt = (prompt * 100)[:900]
+
+    def ttft(gen):
+        return gen.timings.queue_s + gen.timings.prefill_s
+
+    await tiny_engine.generate(prompt, Sampling(max_tokens=2))  # warm-up
+    alone = ttft(await tiny_engine.generate(prompt, Sampling(max_tokens=2), priority=-1))
+    flood = [
+        asyncio.create_task(
+            tiny_engine.generate([i, *long_prompt], Sampling(max_tokens=16), priority=10)
+        )
+        for i in range(40)
+    ]
+    await asyncio.sleep(0.5)
+    urgent, late = await asyncio.gather(
+        tiny_engine.generate(prompt, Sampling(max_tokens=2), priority=-1),
+        tiny_engine.generate(prompt, Sampling(max_tokens=2), priority=10),
+    )
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
+    assert ttft(urgent) < alone + 1.0
+    assert ttft(late) > 3 * ttft(urgent)
+
+
+async def test_cancelled_request_does_not_slow_the_next(tiny_engine, tiny_model_dir):
+    prompt = chat_ids(tiny_model_dir, "df -h")
+    sampling = Sampling(max_tokens=64, temperature=1.0, seed=11)
+    await tiny_engine.generate(prompt, sampling)  # warm
+    alone = (await tiny_engine.generate(prompt, sampling)).timings.total_s
+    long = asyncio.create_task(
+        tiny_engine.generate(prompt, Sampling(max_tokens=900, temperature=1.0, seed=12))
+    )
+    await asyncio.sleep(0.3)
+    long.cancel()
+    after = (await tiny_engine.generate(prompt, sampling)).timings.total_s
+    with pytest.raises(asyncio.CancelledError):
+        await long
+    assert after < 1.5 * alone + 0.2
