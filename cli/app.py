@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cli import doctor, env, models
+from cli import doctor, env, episode, models
 from cli.common import err
 from obsspec import __version__
 from obsspec.errors import ObsspecError
@@ -26,6 +26,7 @@ app = typer.Typer(
 app.add_typer(models.app, name="models")
 app.add_typer(env.app, name="env")
 app.command("doctor")(doctor.doctor)
+app.command("episode")(episode.episode)
 
 
 def show_version(value: bool) -> None:
@@ -52,6 +53,7 @@ def main() -> None:
     # used (models are local directories), so transformers must never try to reach one.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown our output
     debug = "--debug" in sys.argv[1:]
     try:
         app()

@@ -1,0 +1,89 @@
+"""`obsspec episode`: run one episode of a model on a task and print the transcript."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err, global_config
+from cli.common import out as console
+from obsspec.agent.protocol import ActionFormat
+
+
+def episode(
+    task: Annotated[Path, typer.Argument(help="Task directory (Harbor or Terminal-Bench v1).")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Policy: model name or HF directory [default: the default model]."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed of the episode.")] = 0,
+    max_turns: Annotated[int, typer.Option(min=1, help="Turns before the episode stops.")] = 15,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per reply.")] = 384,
+    temperature: Annotated[float, typer.Option(min=0, help="Sampling temperature.")] = 0.7,
+    action_format: Annotated[
+        ActionFormat, typer.Option("--format", help="Action format the policy is told to use.")
+    ] = ActionFormat.markdown,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="Use an OpenAI-compatible server at this URL instead of vLLM in process.",
+            rich_help_panel="Engine",
+        ),
+    ] = None,
+    served_name: Annotated[
+        str | None,
+        typer.Option(
+            "--served-name",
+            help="Model name on the server [default: --model].",
+            rich_help_panel="Engine",
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+    cache_dir: CacheDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run one episode and print its transcript: every reply, command and observation.
+
+    The policy sees exactly what it would during collection; nothing is stored.
+    """
+    from obsspec.agent.episode import EpisodeLimits
+    from obsspec.agent.transcript import format_transcript
+    from obsspec.rollout.single import watch_episode
+
+    settings = global_config(config, cache_dir)
+    limits = EpisodeLimits(
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        action_format=action_format,
+    )
+    trajectory = asyncio.run(
+        watch_episode(
+            task,
+            model or settings.default_model,
+            settings,
+            limits,
+            seed=seed,
+            server=server,
+            served_name=served_name,
+            on_log=lambda m: err.print(f"[dim]{m}[/dim]", markup=True),
+        )
+    )
+    if json_output:
+        emit_json(trajectory.to_dict())
+    else:
+        from environments.tasks import load_task
+
+        console.print(
+            format_transcript(trajectory, load_task(task).instruction),
+            markup=False,
+            highlight=False,
+        )
+    if trajectory.error_kind == "infra":
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""Rollout pipelines: running episodes with real engines and sandboxes."""

@@ -1,0 +1,61 @@
+"""One episode, wired end to end: engine, tokenizer, task image, sandbox, verifier.
+
+Used by `obsspec episode` so that a person can watch a model work on one task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+
+from environments.docker_api import connect
+from environments.gc import remove_run_containers
+from environments.pool import SandboxPool
+from environments.tasks import load_task
+from environments.tasks.images import TaskImages
+from obsspec.agent.context import ChatContextBuilder
+from obsspec.agent.episode import EpisodeLimits, run_episode
+from obsspec.config import GlobalConfig
+from obsspec.inference.openai_http import OpenAIEngine
+from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+from obsspec.models.registry import resolve_model
+from obsspec.trajectory import Trajectory
+
+
+async def watch_episode(
+    task_dir: Path,
+    model: str,
+    settings: GlobalConfig,
+    limits: EpisodeLimits,
+    *,
+    seed: int = 0,
+    server: str | None = None,
+    served_name: str | None = None,
+    on_log=lambda _: None,
+) -> Trajectory:
+    task = load_task(task_dir)  # bad input fails fast, before the heavy imports
+    model_dir = resolve_model(model, settings.paths.models_dir)
+    from transformers import AutoTokenizer
+
+    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(model_dir))
+    client = connect()
+    run_id = f"episode-{uuid.uuid4().hex[:8]}"
+    try:
+        image = await TaskImages(client, on_log=on_log).ensure(task)
+        async with contextlib.AsyncExitStack() as stack:
+            if server:
+                engine = await stack.enter_async_context(OpenAIEngine(server, served_name or model))
+            else:
+                on_log(f"starting vLLM on {model_dir}")
+                engine = await stack.enter_async_context(
+                    LocalVLLMEngine(EngineSettings(model=model_dir))
+                )
+            pool = await stack.enter_async_context(
+                SandboxPool(client, image, task.limits, size=0, run_id=run_id)
+            )
+            on_log("running the episode")
+            return await run_episode(task, pool, engine, builder, limits, seed=seed, model=model)
+    finally:
+        remove_run_containers(client, run_id)
+        client.close()
