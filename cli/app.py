@@ -53,7 +53,9 @@ def main() -> None:
     # used (models are local directories), so transformers must never try to reach one.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown our output
+    # vLLM logs to stdout by default; unconfigured, its warnings go to stderr and stdout stays
+    # ours (one JSON object under --json).
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     debug = "--debug" in sys.argv[1:]
     try:
         app()
