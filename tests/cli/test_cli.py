@@ -164,3 +164,34 @@ def test_env_validate_bad_path_is_one_line(tmp_path):
     result = obsspec("env", "validate", str(tmp_path / "none"))
     assert result.returncode == 1 and "no task directories" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+FIXTURE_TASK = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
+
+
+def test_episode_with_an_unknown_model_path_is_one_line(tmp_path):
+    result = obsspec("episode", str(FIXTURE_TASK), "--model", str(tmp_path / "nope"))
+    assert result.returncode == 1 and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.vllm
+def test_episode_json_is_the_trajectory(base_image, tiny_model_dir):
+    result = obsspec(
+        "episode",
+        str(FIXTURE_TASK),
+        "--model",
+        str(tiny_model_dir),
+        "--max-turns",
+        "2",
+        "--max-tokens",
+        "16",
+        "--json",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    trajectory = json.loads(result.stdout)  # stdout holds the JSON and nothing else
+    assert trajectory["task_id"] == "harbor-greeting" and trajectory["reward"] is not None
+    assert 1 <= len(trajectory["turns"]) <= 2
+    assert len(trajectory["context_ids"]) == len(trajectory["mask"])
