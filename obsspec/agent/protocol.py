@@ -74,6 +74,11 @@ CORRECTIVE_OBSERVATIONS = {
 }
 
 
+def observation_role(fmt: ActionFormat) -> str:
+    """The chat role observations are sent as: tool results for tool calls, else the user."""
+    return "tool" if fmt == ActionFormat.hermes else "user"
+
+
 def task_prompt(instruction: str) -> str:
     return f"Task:\n{instruction.strip()}"
 

@@ -16,6 +16,7 @@ from environments.tasks import load_task
 from environments.tasks.images import TaskImages
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits, run_episode
+from obsspec.agent.protocol import observation_role
 from obsspec.config import GlobalConfig
 from obsspec.inference.openai_http import OpenAIEngine
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
@@ -38,7 +39,9 @@ async def watch_episode(
     model_dir = resolve_model(model, settings.paths.models_dir)
     from transformers import AutoTokenizer
 
-    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(model_dir))
+    builder = ChatContextBuilder(
+        AutoTokenizer.from_pretrained(model_dir), observation_role(limits.action_format)
+    )
     client = connect()
     run_id = f"episode-{uuid.uuid4().hex[:8]}"
     try:

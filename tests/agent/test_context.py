@@ -44,3 +44,11 @@ def test_cut_off_reply_gets_the_end_of_turn_token(tokenizer):
 def test_generated_ids_need_logprobs():
     with pytest.raises(ValueError, match="logprob"):
         TokenContext().extend([1, 2], generated=True, logprobs=[0.0])
+
+
+def test_hermes_observations_use_the_tool_role(tokenizer):
+    from obsspec.agent.protocol import ActionFormat, observation_role
+
+    builder = ChatContextBuilder(tokenizer, observation_role(ActionFormat.hermes))
+    text = tokenizer.decode(builder.observation_ids("out\n[exit code: 0]"))
+    assert text == "\n<|im_start|>tool\nout\n[exit code: 0]<|im_end|>\n<|im_start|>assistant\n"

@@ -165,3 +165,21 @@ async def test_episode_through_an_openai_compatible_server(
     for turn in traj.turns:
         expected += turn.action_ids + turn.observation_ids
     assert traj.context_ids == expected
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_default_model_episode_end_to_end(task_and_pool, default_model_dir):
+    from obsspec.agent.transcript import format_transcript
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+
+    task, pool = task_and_pool
+    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(default_model_dir))
+    settings = EngineSettings(model=default_model_dir, max_model_len=4096, kv_cache_gb=0.5)
+    async with LocalVLLMEngine(settings) as engine:
+        traj = await run_episode(
+            task, pool, engine, builder, EpisodeLimits(max_turns=2, max_tokens=96), seed=0
+        )
+    assert traj.error_kind is None and traj.reward is not None
+    transcript = format_transcript(traj, task.instruction)
+    assert "--- turn 1:" in transcript and "finished:" in transcript
