@@ -17,6 +17,7 @@ from typing import Protocol
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.errors import ContextLengthError
 
 
 class Sampling(StrictModel):
@@ -49,6 +50,16 @@ class EngineStats:
     running: int  # requests being decoded
     waiting: int  # requests queued for a slot
     weight_version: int
+
+
+def context_room(prompt_ids: list[int], max_model_len: int) -> int:
+    """Tokens left for a reply; ContextLengthError when the prompt leaves none."""
+    room = max_model_len - len(prompt_ids)
+    if room < 1:
+        raise ContextLengthError(
+            f"the context has {len(prompt_ids)} tokens; the engine's limit is {max_model_len}"
+        )
+    return room
 
 
 class Engine(Protocol):

@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from obsspec.errors import ContextLengthError
-from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
+from obsspec.inference.base import EngineStats, Generation, Sampling, Timings, context_room
 
 
 class ScriptedEngine:
@@ -42,11 +41,7 @@ class ScriptedEngine:
         request_id: str | None = None,
         priority: int = 0,
     ) -> Generation:
-        if len(prompt_ids) >= self.max_model_len:
-            raise ContextLengthError(
-                f"the context has {len(prompt_ids)} tokens; the engine's "
-                f"limit is {self.max_model_len}"
-            )
+        context_room(prompt_ids, self.max_model_len)
         start = time.monotonic()
         self.prompts.append(list(prompt_ids))
         text = self.reply(self.tokenizer.decode(prompt_ids))

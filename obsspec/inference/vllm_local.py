@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import Field
 
 from obsspec.config import StrictModel
-from obsspec.errors import ContextLengthError, EngineError
-from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
+from obsspec.errors import EngineError
+from obsspec.inference.base import EngineStats, Generation, Sampling, Timings, context_room
 
 
 class EngineSettings(StrictModel):
@@ -124,12 +124,7 @@ class LocalVLLMEngine:
         """Generate from exact prompt token ids. Lower priority values are scheduled first."""
         if self._llm is None:
             raise EngineError("engine is not started (use `async with`)")
-        room = self.settings.max_model_len - len(prompt_ids)
-        if room < 1:
-            raise ContextLengthError(
-                f"the context has {len(prompt_ids)} tokens; the engine's limit is "
-                f"{self.settings.max_model_len}"
-            )
+        room = context_room(prompt_ids, self.settings.max_model_len)
         start = time.monotonic()
         final = await self._stream(
             prompt_ids,
