@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from environments.build import local_image
 from environments.errors import ImageBuildError
 
 APT_DIR = Path("/etc/apt")
@@ -83,16 +84,11 @@ def bootstrap_tag(mirror: str, suite: str) -> str:
 
 def bootstrap_image(client, suite: str, on_log: Callable[[str], None]) -> str:
     """A minbase Debian image made offline; cached by (mirror, suite). Returns its tag."""
-    import docker.errors
-
     mirror = debian_mirror()
     tag = bootstrap_tag(mirror, suite)
-    try:
-        client.images.get(tag)
+    if local_image(client, tag) is not None:
         on_log(f"using cached bootstrap image {tag}")
         return tag
-    except docker.errors.ImageNotFound:
-        pass
     check_can_debootstrap()
     workdir = Path(tempfile.mkdtemp(prefix="obsspec-debootstrap-"))
     try:

@@ -53,6 +53,16 @@ def docker_build(
     return tail
 
 
+def local_image(client, tag: str):
+    """The image with this tag in the local Docker engine, or None (never pulls)."""
+    import docker.errors
+
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def tree_hash(root: Path) -> str:
     """sha256 over every file's relative path and bytes under root, in a fixed order."""
     h = hashlib.sha256()

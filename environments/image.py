@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from environments.bootstrap import bootstrap_image
-from environments.build import docker_build, tree_hash
+from environments.build import docker_build, local_image, tree_hash
 from environments.errors import ImageBuildError
 
 BASE_REPO = "obsspec/base"
@@ -55,20 +55,13 @@ def ensure_base_image(
     client, *, source: Source = "auto", force: bool = False, on_log: LogFn = lambda _: None
 ) -> BuildResult:
     """Build obsspec/base unless an image of the current recipe exists (or force)."""
-    import docker.errors
-
     start = time.monotonic()
     digest = recipe_hash()
     hashed, latest = f"{BASE_REPO}:{digest}", f"{BASE_REPO}:latest"
-    if not force:
-        try:
-            image = client.images.get(hashed)
-            image.tag(BASE_REPO, "latest")
-            return BuildResult(
-                [hashed, latest], image.id, digest, "cached", time.monotonic() - start
-            )
-        except docker.errors.ImageNotFound:
-            pass
+    image = None if force else local_image(client, hashed)
+    if image is not None:
+        image.tag(BASE_REPO, "latest")
+        return BuildResult([hashed, latest], image.id, digest, "cached", time.monotonic() - start)
     base, used = choose_base(client, source, on_log)
     tail = build_recipe(client, base, hashed, digest, used, on_log)
     image = client.images.get(hashed)
@@ -91,11 +84,8 @@ def choose_base(client, source: Source, on_log: LogFn) -> tuple[str, str]:
 def registry_base_available(client, on_log: LogFn) -> bool:
     import docker.errors
 
-    try:
-        client.images.get(REGISTRY_BASE)
+    if local_image(client, REGISTRY_BASE) is not None:
         return True
-    except docker.errors.ImageNotFound:
-        pass
     on_log(f"trying to pull {REGISTRY_BASE}")
     try:
         client.images.pull(REGISTRY_BASE)
@@ -115,11 +105,8 @@ def build_recipe(client, base: str, tag: str, digest: str, used: str, on_log: Lo
 
 def base_image_status(client, tag: str = f"{BASE_REPO}:latest") -> tuple[bool, str]:
     """(present and current, a short description) for doctor."""
-    import docker.errors
-
-    try:
-        image = client.images.get(tag)
-    except docker.errors.ImageNotFound:
+    image = local_image(client, tag)
+    if image is None:
         return False, f"{tag} is missing"
     built_from = image.labels.get("obsspec.recipe", "?")
     current = recipe_hash()

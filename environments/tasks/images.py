@@ -11,7 +11,7 @@ import asyncio
 import re
 from collections.abc import Callable
 
-from environments.build import docker_build, tree_hash
+from environments.build import docker_build, local_image, tree_hash
 from environments.errors import ImageBuildError
 from environments.tasks.model import Task
 
@@ -42,7 +42,7 @@ class TaskImages:
         """The image tag for task, building (or pulling) it first if needed."""
         tag = task_image_tag(task)
         async with self._locks.setdefault(tag, asyncio.Lock()):
-            if await asyncio.to_thread(self._exists, tag):
+            if await asyncio.to_thread(local_image, self.client, tag) is not None:
                 return tag
             if task.image:
                 await asyncio.to_thread(self._pull, tag)
@@ -50,15 +50,6 @@ class TaskImages:
             async with self._builds:
                 await self._build(task, tag)
         return tag
-
-    def _exists(self, tag: str) -> bool:
-        import docker.errors
-
-        try:
-            self.client.images.get(tag)
-            return True
-        except docker.errors.ImageNotFound:
-            return False
 
     def _pull(self, tag: str) -> None:
         import docker.errors
