@@ -177,22 +177,15 @@ def bench(
 ) -> None:
     """Time our sandbox against plain Docker: command round trip and sandbox acquisition."""
     import asyncio
-    import uuid
 
     from environments.bench import run_bench
-    from environments.docker_api import connect
-    from environments.gc import remove_run_containers
+    from environments.gc import run_scope
 
     settings = global_config(config)
-    client = connect()
-    run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    try:
+    with run_scope("bench") as (client, run_id):
         result = asyncio.run(
             run_bench(client, image or settings.base_image, run_id, n_exec=n, n_acquire=starts)
         )
-    finally:
-        remove_run_containers(client, run_id)
-        client.close()
     if json_output:
         emit_json(result)
         return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -52,14 +51,11 @@ def validate(
 
     Exits 1 if any task fails; the JSON lists each failure with its reasons.
     """
-    from environments.docker_api import connect
-    from environments.gc import remove_run_containers
+    from environments.gc import run_scope
     from environments.tasks import load_tasks
     from environments.validate import summarize, validate_tasks
 
     loaded = load_tasks(tasks)
-    client = connect()
-    run_id = f"validate-{uuid.uuid4().hex[:8]}"
     done = 0
 
     def show(report) -> None:
@@ -72,13 +68,10 @@ def validate(
             markup=True,
         )
 
-    try:
+    with run_scope("validate") as (client, run_id):
         reports = asyncio.run(
             validate_tasks(loaded, client, run_id, concurrency=concurrency, on_done=show)
         )
-    finally:
-        remove_run_containers(client, run_id)
-        client.close()
     summary = summarize(reports)
     if json_output:
         emit_json(summary)
@@ -131,31 +124,37 @@ def shell(
 
 
 async def _shell(task_dir, image, solution, verify_after, timeout) -> None:
-    from environments.docker_api import connect
+    from environments.gc import run_scope
     from environments.sandbox import DockerSandbox
     from environments.tasks import load_task
     from environments.tasks.images import TaskImages
+
+    task = load_task(task_dir) if task_dir else None
+    with run_scope("shell") as (client, run_id):
+        if task is not None:
+            image = await TaskImages(client, on_log=progress_printer()).ensure(task)
+            err.print(f"[bold]{task.id}[/bold]: {task.instruction.strip()}", markup=True)
+        limits = task.limits if task else None
+        async with DockerSandbox(client, image, limits, run_id=run_id) as sb:
+            await _session(task, sb, solution, verify_after, timeout)
+
+
+async def _session(task, sb, solution, verify_after, timeout) -> None:
+    """The reference solution (if asked), then stdin's commands, then the verifier."""
     from environments.tasks.verifier import verify
     from obsspec.types import render_observation
 
-    client = connect()
-    task = load_task(task_dir) if task_dir else None
-    if task is not None:
-        image = await TaskImages(client, on_log=progress_printer()).ensure(task)
-        err.print(f"[bold]{task.id}[/bold]: {task.instruction.strip()}", markup=True)
-    limits = task.limits if task else None
-    async with DockerSandbox(client, image, limits, run_id=f"shell-{uuid.uuid4().hex[:8]}") as sb:
-        commands = task.solution_commands() if (task and solution) else []
-        for command in [*commands, *read_commands()]:
-            if commands and command == commands[0]:
-                err.print("[dim]-- reference solution --[/dim]", markup=True)
-            result = await sb.run(command, timeout_s=timeout)
-            if not sys.stdin.isatty() or command in commands:
-                out.print(f"$ {command}", markup=False, highlight=False)
-            out.print(render_observation(result), markup=False, highlight=False)
-        if task is not None and verify_after:
-            outcome = await verify(task, sb)
-            out.print(f"reward: {outcome.reward:g} (verifier {outcome.seconds:.1f} s)")
+    commands = task.solution_commands() if (task and solution) else []
+    for command in [*commands, *read_commands()]:
+        if commands and command == commands[0]:
+            err.print("[dim]-- reference solution --[/dim]", markup=True)
+        result = await sb.run(command, timeout_s=timeout)
+        if not sys.stdin.isatty() or command in commands:
+            out.print(f"$ {command}", markup=False, highlight=False)
+        out.print(render_observation(result), markup=False, highlight=False)
+    if task is not None and verify_after:
+        outcome = await verify(task, sb)
+        out.print(f"reward: {outcome.reward:g} (verifier {outcome.seconds:.1f} s)")
 
 
 def read_commands():

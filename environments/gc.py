@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from environments.docker_api import connect
 from environments.sandbox import LABEL_HOST, LABEL_PID, LABEL_RUN, remove_container
 
 
@@ -87,3 +90,16 @@ def remove_run_containers(client, run_id: str) -> int:
     for container in containers:
         remove_container(container)
     return len(containers)
+
+
+@contextlib.contextmanager
+def run_scope(prefix: str) -> Iterator[tuple[object, str]]:
+    """A connected Docker client and a fresh run id; when the block ends (normally, on an
+    error or on Ctrl-C) every container labelled with that run is removed."""
+    client = connect()
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        yield client, run_id
+    finally:
+        remove_run_containers(client, run_id)
+        client.close()

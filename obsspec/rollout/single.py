@@ -6,11 +6,9 @@ Used by `obsspec episode` so that a person can watch a model work on one task.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from pathlib import Path
 
-from environments.docker_api import connect
-from environments.gc import remove_run_containers
+from environments.gc import run_scope
 from environments.pool import SandboxPool
 from environments.tasks import load_task
 from environments.tasks.images import TaskImages
@@ -42,9 +40,7 @@ async def watch_episode(
     builder = ChatContextBuilder(
         AutoTokenizer.from_pretrained(model_dir), observation_role(limits.action_format)
     )
-    client = connect()
-    run_id = f"episode-{uuid.uuid4().hex[:8]}"
-    try:
+    with run_scope("episode") as (client, run_id):
         image = await TaskImages(client, on_log=on_log).ensure(task)
         async with contextlib.AsyncExitStack() as stack:
             if server:
@@ -59,6 +55,3 @@ async def watch_episode(
             )
             on_log("running the episode")
             return await run_episode(task, pool, engine, builder, limits, seed=seed, model=model)
-    finally:
-        remove_run_containers(client, run_id)
-        client.close()
