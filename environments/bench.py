@@ -38,7 +38,7 @@ async def bench_acquire(client, image: str, run_id: str, n: int) -> tuple[list[f
     warm, cold = [], []
     async with SandboxPool(client, image, size=1, run_id=run_id) as pool:
         for _ in range(n):
-            while pool._warm.empty():  # let the pool refill: we measure a warm hit
+            while not pool.ready:  # let the pool refill: we measure a warm hit
                 await asyncio.sleep(0.05)
             sandbox = await pool.acquire()
             warm.append(pool.stats.acquire_ms[-1])

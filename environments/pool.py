@@ -87,6 +87,11 @@ class SandboxPool:
             else:
                 self._warm.put_nowait(sandbox)
 
+    @property
+    def ready(self) -> int:
+        """Started sandboxes waiting to be acquired."""
+        return self._warm.qsize()
+
     async def acquire(self) -> DockerSandbox:
         """A started sandbox: warm when one is ready, else started now (a cold start)."""
         start = time.monotonic()

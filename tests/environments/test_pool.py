@@ -11,7 +11,7 @@ pytestmark = pytest.mark.docker
 
 async def wait_warm(pool: SandboxPool, count: int, timeout_s: float = 60) -> None:
     for _ in range(int(timeout_s * 10)):
-        if pool._warm.qsize() >= count:
+        if pool.ready >= count:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the pool did not warm up")

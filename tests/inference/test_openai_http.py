@@ -3,21 +3,13 @@
 import asyncio
 
 import pytest
-from transformers import AutoTokenizer
 
 from obsspec.errors import ContextLengthError, EngineError
 from obsspec.inference.base import Sampling
 from obsspec.inference.openai_http import OpenAIEngine
+from tests.helpers import chat_ids
 
 pytestmark = pytest.mark.vllm
-
-
-def chat_ids(model_dir, text):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-    )
-    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
 
 async def test_token_ids_and_logprobs_match_the_in_process_engine(

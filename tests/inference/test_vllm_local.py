@@ -9,16 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from obsspec.errors import ContextLengthError
 from obsspec.inference.base import Sampling
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+from tests.helpers import chat_ids
 
 pytestmark = pytest.mark.vllm
-
-
-def chat_ids(model_dir, text: str) -> list[int]:
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-    )
-    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
 
 async def test_tiny_model_generates_exact_tokens(tiny_engine, tiny_model_dir):
