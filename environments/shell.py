@@ -58,6 +58,7 @@ INIT = (
 READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
 KILL_REPORT = re.compile(r"^bash: (?:line \d+: )?\s*\d+ Killed\b.*\n?", re.MULTILINE)
 STDOUT, STDERR = 1, 2
+MARKER_HOLD = 64  # bytes held back in case they start a marker (the longest is ~40 bytes)
 
 # Kills every descendant of the shell ($1), freezing each generation first so that nothing
 # forks away while we kill; repeats until none is left (a fork bomb needs several rounds).
@@ -118,7 +119,7 @@ class PersistentShell:
         self._header = None
         self._writer.write(INIT.encode())
         await self._writer.drain()
-        stream = MarkedStream(READY, hold=64, cap=4096)
+        stream = MarkedStream(READY, hold=MARKER_HOLD, cap=4096)
         try:
             await asyncio.wait_for(self._read_until(stream, None), self.settings.start_timeout_s)
         except TimeoutError:
@@ -156,14 +157,11 @@ class PersistentShell:
 
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
+        cap = self.settings.output_cap_bytes
         out = MarkedStream(
-            re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()),
-            64,
-            self.settings.output_cap_bytes,
+            re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()), MARKER_HOLD, cap
         )
-        err = MarkedStream(
-            re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), 64, self.settings.output_cap_bytes
-        )
+        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
         for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
             stream.feed(self._pending[fd])
         start = time.monotonic()
