@@ -15,6 +15,19 @@ FinishReason = Literal["done", "max_turns", "context_length", "deadline", "infra
 
 
 @dataclass
+class SpeculationRecord:
+    """What speculation did on one turn (filled by the speculative runner)."""
+
+    attempted: bool = False
+    source: str = ""  # which predictor answered: cache, rules, lm, oracle
+    matched: bool = False  # the prediction equalled the real observation exactly
+    exec_won: bool = False  # the real command finished before the prediction
+    rollback: bool = False  # speculative work was discarded
+    tokens_wasted: int = 0
+    overlap_s: float = 0.0  # policy time that ran while the command ran
+
+
+@dataclass
 class Turn:
     index: int
     reply: str  # the policy's text
@@ -29,7 +42,9 @@ class Turn:
     generation_finish: str = "stop"  # "stop" or "length" (cut off at max tokens)
     gen_s: float = 0.0
     exec_s: float = 0.0
+    predict_s: float = 0.0
     weight_version: int = 0
+    speculation: SpeculationRecord | None = None  # None: the turn ran sequentially
 
 
 @dataclass
@@ -48,6 +63,7 @@ class Trajectory:
     reward: float | None = None  # None when the verifier did not run (infrastructure error)
     error: str | None = None
     error_kind: Literal["infra", "model"] | None = None  # infra errors are masked in training
+    error_type: str | None = None  # the error's class name, e.g. SandboxError
     sandbox_start_s: float = 0.0
     agent_s: float = 0.0  # the multi-turn interaction, sandbox start excluded
     verifier_s: float = 0.0

@@ -93,11 +93,13 @@ async def run_episode(
         trajectory.declared_done = end.reason == "done"
     except ContextLengthError as e:
         trajectory.finish_reason, trajectory.error = "context_length", str(e)
+        trajectory.error_type = type(e).__name__
     except TimeoutError:
         trajectory.finish_reason = "deadline"
     except ObsspecError as e:
         trajectory.finish_reason, trajectory.error = "infra_error", str(e)
         trajectory.error_kind = "infra" if e.retryable else "model"
+        trajectory.error_type = type(e).__name__
     trajectory.agent_s = time.monotonic() - start - trajectory.sandbox_start_s
     trajectory.context_ids, trajectory.mask = context.ids, context.mask
     trajectory.logprobs = context.logprobs
@@ -107,6 +109,7 @@ async def run_episode(
             trajectory.reward, trajectory.verifier_s = outcome.reward, outcome.seconds
     except ObsspecError as e:
         trajectory.error, trajectory.error_kind = str(e), "infra"
+        trajectory.error_type = type(e).__name__
     finally:
         if sandbox is not None:
             await pool.release(sandbox)

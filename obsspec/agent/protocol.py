@@ -83,6 +83,20 @@ def task_prompt(instruction: str) -> str:
     return f"Task:\n{instruction.strip()}"
 
 
+def format_action(action: Action, fmt: ActionFormat) -> str:
+    """The reply a well-behaved policy gives for action: the inverse of parse_action."""
+    if action.kind == "invalid":
+        raise ValueError("an invalid action has no well-formed reply")
+    if fmt == ActionFormat.markdown:
+        body = DONE_WORD if action.kind == "done" else action.command
+        return f"```bash\n{body}\n```"
+    if action.kind == "done":
+        call = {"name": DONE_WORD, "arguments": {}}
+    else:
+        call = {"name": "bash", "arguments": {"command": action.command}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
 def parse_action(reply: str, fmt: ActionFormat) -> Action:
     return parse_markdown(reply) if fmt == ActionFormat.markdown else parse_hermes(reply)
 

@@ -1,0 +1,127 @@
+"""`obsspec collect`: many episodes into a dataset, resumable, on one machine or on Ray.
+
+    summary = await collect(config, models_dir, on_event)
+
+It reads top to bottom:
+
+    check the run directory (writable, free space), lock it, and claim it: a new run, or the
+    same run resumed (a different run there is refused unless overwrite)
+    load the tasks (broken ones are reported and skipped, or fatal with strict)
+    read which episodes the finished shards already hold; plan the rest
+    run them: in this process, or split across Ray workers
+    every event updates the totals; shards update the manifest; failed attempts go to
+    failures.jsonl; the manifest's status says how the invocation ended
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from obsspec.inference.base import Engine
+from obsspec.rollout.config import CollectConfig
+from obsspec.rollout.dataset import completed_episodes
+from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
+from obsspec.rollout.plan import check_unchanged, load_task_set, plan_items
+from obsspec.rollout.rundir import RunDir, now
+from obsspec.rollout.stats import CollectStats
+from obsspec.rollout.worker import WorkerJob, run_worker
+
+OnEvent = Callable[[Event, CollectStats], None]
+
+
+async def collect(
+    config: CollectConfig,
+    models_dir: Path,
+    on_event: OnEvent = lambda _event, _stats: None,
+    *,
+    engine: Engine | None = None,
+) -> dict:
+    """Run the episodes config asks for that the run directory lacks; the summary."""
+    rundir = RunDir(config.out)
+    rundir.preflight(config.min_free_mb)
+    with rundir.locked():
+        manifest = rundir.claim(config.identity(), overwrite=config.overwrite) or {
+            "run_id": f"collect-{uuid.uuid4().hex[:8]}",
+            "identity": config.identity(),
+            "created_at": now(),
+        }
+        rundir.clean_partial()
+        tasks, broken = load_task_set(config.tasks, strict=config.strict)
+        done = completed_episodes(rundir.data)
+        check_unchanged(tasks, done)
+        items = plan_items(tasks, config.episodes_per_task, config.seed, set(done))
+        total = len(tasks) * config.episodes_per_task
+        stats = CollectStats(total=total, already_done=total - len(items))
+        manifest.update(
+            config=config.model_dump(mode="json"),
+            tasks={task.id: task.content_hash for task in tasks},
+            episodes_total=total,
+            status="running",
+        )
+
+        def handle(event: Event) -> None:
+            stats.update(event)
+            if isinstance(event, AttemptFailed):
+                rundir.record_failure({"event": "attempt_failed", **asdict(event)})
+            if isinstance(event, ShardWritten | TaskSkipped):
+                write_progress(rundir, manifest, stats)
+            on_event(event, stats)
+
+        for path, reason in broken.items():
+            handle(TaskSkipped(path, reason))
+        write_progress(rundir, manifest, stats)
+        try:
+            await run_workers(config, models_dir, tasks, items, manifest["run_id"], handle, engine)
+        except BaseException:
+            write_progress(rundir, manifest, stats, status="interrupted")
+            raise
+        status = "complete" if stats.remaining == 0 and not stats.lost else "incomplete"
+        write_progress(rundir, manifest, stats, status=status)
+    return {**stats.summary(), "out": str(config.out), "status": status}
+
+
+async def run_workers(
+    config: CollectConfig,
+    models_dir: Path,
+    tasks: list,
+    items: list,
+    run_id: str,
+    handle: Callable[[Event], None],
+    engine: Engine | None,
+) -> None:
+    session = uuid.uuid4().hex[:8]  # shard names of this invocation never collide
+    workers = max(config.workers, 1)
+    jobs = [
+        WorkerJob(
+            config,
+            models_dir,
+            tasks,
+            items[index::workers],  # interleaved: every worker gets a mix of tasks
+            run_id,
+            f"shard-{session}-w{index:02d}",
+            index,
+        )
+        for index in range(workers)
+    ]
+    if config.workers == 0:
+        await run_worker(jobs[0], handle, engine=engine)
+    else:
+        from obsspec.rollout.ray_workers import run_on_ray
+
+        await run_on_ray(jobs, config.ray_address, handle)
+
+
+def write_progress(
+    rundir: RunDir, manifest: dict, stats: CollectStats, *, status: str | None = None
+) -> None:
+    if status is not None:
+        manifest["status"] = status
+    manifest.update(
+        episodes_done=stats.already_done + stats.saved,
+        failed_attempts=stats.retries + stats.lost,
+        skipped_tasks=stats.skipped_tasks,
+    )
+    rundir.write_manifest(manifest)

@@ -1,0 +1,103 @@
+"""The typed config of `obsspec collect`: defaults < the `[collect]` table of --config < flags."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from obsspec.agent.episode import EpisodeLimits
+from obsspec.config import DEFAULT_MODEL, StrictModel, deep_merge, read_toml, validate_config
+
+
+def collect_limits() -> EpisodeLimits:
+    """Collection defaults: short replies, a turn budget a small model can use, sampling on."""
+    return EpisodeLimits(max_turns=15, max_tokens=384, temperature=1.0)
+
+
+class EngineOptions(StrictModel):
+    max_model_len: int = Field(default=4096, ge=64, description="Longest context in tokens.")
+    kv_cache_gb: float = Field(default=1.0, gt=0, description="KV-cache memory per engine, GiB.")
+    server: str | None = Field(
+        default=None, description="An OpenAI-compatible server URL instead of vLLM in process."
+    )
+    served_name: str | None = Field(default=None, description="Model name on the server.")
+
+
+class CollectConfig(StrictModel):
+    tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
+    out: Path = Field(description="The run directory (dataset shards, manifest, logs).")
+    policy: str = Field(
+        default=DEFAULT_MODEL,
+        description="Model name or HF directory, or 'oracle' to replay reference solutions.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer (model name or directory) for the oracle policy "
+        "[default: the default model].",
+    )
+    episodes_per_task: int = Field(default=1, ge=1, description="Episodes of each task.")
+    concurrency: int = Field(default=1, ge=1, description="Episodes at once in each worker.")
+    seed: int = Field(default=0, description="Base seed; each episode's seed derives from it.")
+    limits: EpisodeLimits = Field(default_factory=collect_limits)
+    engine: EngineOptions = Field(default_factory=EngineOptions)
+    shard_episodes: int = Field(
+        default=16, ge=1, description="Episodes per Parquet shard (a shard is written when full)."
+    )
+    shard_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A partial shard is written after this long, bounding what a kill loses.",
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, description="Tries per episode when the infrastructure fails."
+    )
+    strict: bool = Field(default=False, description="A broken task stops the run.")
+    overwrite: bool = Field(
+        default=False, description="Replace a run directory that holds a different run."
+    )
+    workers: int = Field(default=0, ge=0, description="Ray workers (0: no Ray, one process).")
+    ray_address: str | None = Field(
+        default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
+    )
+    min_free_mb: int = Field(
+        default=64, ge=0, description="Refuse to start with less free disk in the run directory."
+    )
+
+    @model_validator(mode="after")
+    def _ray_needs_workers(self) -> CollectConfig:
+        if self.ray_address and self.workers == 0:
+            raise ValueError("ray_address needs workers >= 1")
+        return self
+
+    @property
+    def is_oracle(self) -> bool:
+        from obsspec.agent.oracle import ORACLE
+
+        return self.policy == ORACLE
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the data: two invocations with the same identity extend one run."""
+        return {
+            "tasks": os.path.abspath(self.tasks),
+            "policy": self.policy,
+            "episodes_per_task": self.episodes_per_task,
+            "seed": self.seed,
+            "limits": self.limits.model_dump(mode="json"),
+        }
+
+
+def load_collect_config(config_file: Path | None, flags: dict[str, Any]) -> CollectConfig:
+    """The `[collect]` table of config_file (if any), overlaid with the flags the user set."""
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        section = read_toml(config_file).get("collect", {})
+        if not isinstance(section, dict):
+            from obsspec.errors import ConfigError
+
+            raise ConfigError(f"{config_file}: 'collect' must be a table")
+        data = section
+    source = f"{config_file} [collect] and flags" if config_file else "flags"
+    return validate_config(CollectConfig, deep_merge(data, flags), source)

@@ -1,0 +1,84 @@
+"""The policy a collection worker runs: one shared engine, or the oracle (one per episode).
+
+async with open_policy(config, models_dir) as policy:
+    engine = policy.engine_for(task)        # the shared engine, or a fresh OraclePolicy
+    limits = policy.limits_for(task, config.limits)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from environments.tasks.model import Task
+from obsspec.agent.context import ChatContextBuilder
+from obsspec.agent.episode import EpisodeLimits
+from obsspec.agent.oracle import OraclePolicy
+from obsspec.agent.protocol import ActionFormat, observation_role
+from obsspec.config import DEFAULT_MODEL
+from obsspec.inference.base import Engine
+from obsspec.models.registry import resolve_model
+from obsspec.rollout.config import CollectConfig
+
+
+@dataclass
+class Policy:
+    name: str  # what the dataset records as the model
+    builder: ChatContextBuilder
+    engine: Engine | None  # None for the oracle
+    action_format: ActionFormat
+
+    @property
+    def is_oracle(self) -> bool:
+        return self.engine is None
+
+    def engine_for(self, task: Task) -> Engine:
+        if self.engine is not None:
+            return self.engine
+        return OraclePolicy(self.builder.tokenizer, task.solution_commands(), self.action_format)
+
+    def limits_for(self, task: Task, limits: EpisodeLimits) -> EpisodeLimits:
+        """The oracle needs a turn per solution command plus one to say done."""
+        if self.engine is not None:
+            return limits
+        turns = max(limits.max_turns, len(task.solution_commands()) + 1)
+        return limits.model_copy(update={"max_turns": turns})
+
+
+@contextlib.asynccontextmanager
+async def open_policy(
+    config: CollectConfig, models_dir: Path, *, engine: Engine | None = None
+) -> AsyncIterator[Policy]:
+    """Load the tokenizer and start the engine (unless one is given: tests share theirs)."""
+    from transformers import AutoTokenizer
+
+    if config.is_oracle:
+        model_dir = resolve_model(config.tokenizer or DEFAULT_MODEL, models_dir)
+    else:
+        model_dir = resolve_model(config.policy, models_dir)
+    role = observation_role(config.limits.action_format)
+    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(model_dir), role)
+    name = config.policy
+    async with contextlib.AsyncExitStack() as stack:
+        if engine is None and not config.is_oracle:
+            engine = await stack.enter_async_context(start_engine(config, model_dir))
+        yield Policy(name, builder, engine, config.limits.action_format)
+
+
+def start_engine(config: CollectConfig, model_dir: Path):
+    """An engine context manager: the OpenAI-compatible server when given, else vLLM here."""
+    from obsspec.inference.openai_http import OpenAIEngine
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+
+    options = config.engine
+    if options.server:
+        return OpenAIEngine(options.server, options.served_name or config.policy)
+    settings = EngineSettings(
+        model=model_dir,
+        max_model_len=options.max_model_len,
+        kv_cache_gb=options.kv_cache_gb,
+        max_num_seqs=max(64, 2 * config.concurrency),
+    )
+    return LocalVLLMEngine(settings)

@@ -1,0 +1,216 @@
+"""One collection worker: many episodes at once over one engine and per-task sandbox pools.
+
+It reads top to bottom:
+
+    connect to Docker under a fresh run id (its containers are removed however it ends)
+    build the images of its tasks (a task whose image fails is reported and skipped)
+    load the policy (tokenizer + engine, or the oracle)
+    run the work items, `concurrency` at a time; each episode is retried while the
+    infrastructure fails (up to max_attempts), then written to the shard buffer
+    on any exit (done, error, Ctrl-C / cancellation): write the finished rows as a shard
+
+The same function runs in the CLI process (no Ray) and inside each Ray actor; it reports
+through `emit` and writes only its own shards, named by session and worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from environments.errors import ImageBuildError
+from environments.gc import run_scope
+from environments.pool import SandboxPool
+from environments.tasks.images import TaskImages
+from environments.tasks.model import Task
+from obsspec.agent.episode import run_episode
+from obsspec.inference.base import Engine
+from obsspec.rollout.config import CollectConfig
+from obsspec.rollout.dataset import ShardWriter, trajectory_row
+from obsspec.rollout.events import (
+    AttemptFailed,
+    EpisodeDone,
+    Event,
+    Note,
+    ShardWritten,
+    TaskSkipped,
+)
+from obsspec.rollout.plan import WorkItem
+from obsspec.rollout.policy import Policy, open_policy
+
+Emit = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything a worker needs; picklable, so that it can be sent to a Ray actor."""
+
+    config: CollectConfig
+    models_dir: Path
+    tasks: list[Task]
+    items: list[WorkItem]
+    run_id: str  # the collection run (recorded in every row)
+    shard_prefix: str  # unique per invocation and worker
+    worker: int = 0
+
+
+async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None) -> None:
+    config = job.config
+    tasks = {task.id: task for task in job.tasks}
+    with run_scope(f"collect-w{job.worker}") as (client, docker_run):
+        images = await build_images(client, tasks, job.items, config.strict, emit)
+        items = [item for item in job.items if item.task_id in images]
+        if not items:
+            return
+        async with (
+            open_policy(config, job.models_dir, engine=engine) as policy,
+            TaskPools(client, docker_run, tasks, images, items) as pools,
+        ):
+            writer = ShardWriter(
+                job.config.out / "data",
+                job.shard_prefix,
+                shard_episodes=config.shard_episodes,
+                shard_seconds=config.shard_seconds,
+                on_shard=lambda path, rows: emit(ShardWritten(job.worker, path.name, len(rows))),
+            )
+            try:
+                await run_items(job, items, tasks, policy, pools, writer, emit)
+            finally:
+                writer.close()  # finished episodes are kept, whatever stopped the run
+
+
+async def build_images(
+    client, tasks: dict[str, Task], items: list[WorkItem], strict: bool, emit: Emit
+) -> dict[str, str]:
+    """task id -> image tag for every task with work whose image exists or builds."""
+    planned = Counter(item.task_id for item in items)
+    builder = TaskImages(client)
+    emit(Note(f"preparing {len(planned)} task images"))
+
+    async def one(task_id: str) -> tuple[str, str | None]:
+        try:
+            return task_id, await builder.ensure(tasks[task_id])
+        except ImageBuildError as e:
+            if strict:
+                raise
+            emit(TaskSkipped(task_id, f"image build failed: {e}", planned[task_id]))
+            return task_id, None
+
+    built = await asyncio.gather(*(one(task_id) for task_id in planned))
+    return {task_id: tag for task_id, tag in built if tag is not None}
+
+
+async def run_items(
+    job: WorkerJob,
+    items: list[WorkItem],
+    tasks: dict[str, Task],
+    policy: Policy,
+    pools: TaskPools,
+    writer: ShardWriter,
+    emit: Emit,
+) -> None:
+    gate = asyncio.Semaphore(job.config.concurrency)
+
+    async def one(item: WorkItem) -> None:
+        async with gate:
+            row = await run_item(job, item, tasks[item.task_id], policy, pools, emit)
+        if row is not None:
+            writer.add(row)
+        await pools.finished(item.task_id)
+
+    async def flush_when_due() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            writer.flush_if_due()
+
+    flusher = asyncio.create_task(flush_when_due())
+    try:
+        async with asyncio.TaskGroup() as group:
+            for item in items:
+                group.create_task(one(item))
+    finally:
+        flusher.cancel()
+
+
+async def run_item(
+    job: WorkerJob, item: WorkItem, task: Task, policy: Policy, pools: TaskPools, emit: Emit
+) -> dict | None:
+    """One episode, retried while the infrastructure fails; its row, or None if it never
+    succeeded (recorded as a failure, left for a rerun)."""
+    config = job.config
+    limits = policy.limits_for(task, config.limits)
+    for attempt in range(1, config.max_attempts + 1):
+        trajectory = await run_episode(
+            task,
+            await pools.pool(task),
+            policy.engine_for(task),
+            policy.builder,
+            limits,
+            seed=item.seed,
+            model=policy.name,
+        )
+        if trajectory.error_kind != "infra":
+            emit(EpisodeDone.of(job.worker, item.episode_index, trajectory, attempt))
+            return trajectory_row(
+                trajectory,
+                run_id=job.run_id,
+                episode_index=item.episode_index,
+                policy=config.policy,
+                attempts=attempt,
+            )
+        final = attempt == config.max_attempts
+        emit(
+            AttemptFailed(
+                job.worker,
+                task.id,
+                item.episode_index,
+                attempt,
+                trajectory.error_type or "Error",
+                trajectory.error or "",
+                final,
+            )
+        )
+    return None
+
+
+class TaskPools:
+    """One sandbox pool per task image, opened on first use, closed after the task's last
+    episode; a task with more episodes to come keeps one sandbox warm."""
+
+    def __init__(
+        self,
+        client,
+        run_id: str,
+        tasks: dict[str, Task],
+        images: dict[str, str],
+        items: list[WorkItem],
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.tasks = tasks
+        self.images = images
+        self.remaining = Counter(item.task_id for item in items)
+        self._pools: dict[str, SandboxPool] = {}
+
+    async def __aenter__(self) -> TaskPools:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.gather(*(pool.aclose() for pool in self._pools.values()))
+
+    async def pool(self, task: Task) -> SandboxPool:
+        if task.id not in self._pools:
+            warm = 1 if self.remaining[task.id] > 1 else 0
+            pool = SandboxPool(
+                self.client, self.images[task.id], task.limits, size=warm, run_id=self.run_id
+            )
+            self._pools[task.id] = await pool.__aenter__()
+        return self._pools[task.id]
+
+    async def finished(self, task_id: str) -> None:
+        self.remaining[task_id] -= 1
+        if self.remaining[task_id] == 0 and task_id in self._pools:
+            await self._pools.pop(task_id).aclose()
