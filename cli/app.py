@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cli import doctor, env, episode, models
+from cli import collect, doctor, env, episode, models
 from cli.common import err
 from obsspec import __version__
 from obsspec.errors import ObsspecError
@@ -27,6 +27,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(env.app, name="env")
 app.command("doctor")(doctor.doctor)
 app.command("episode")(episode.episode)
+app.command("collect")(collect.collect)
 
 
 def show_version(value: bool) -> None:

@@ -34,7 +34,7 @@ CacheDirOption = Annotated[
     Path | None,
     typer.Option(
         "--cache-dir",
-        help="Model cache directory [default: ~/.cache/obsspec].",
+        help="Model cache directory \\[default: ~/.cache/obsspec].",
         file_okay=False,
         rich_help_panel="Configuration",
     ),

@@ -83,7 +83,7 @@ def build(
 def run(
     command: Annotated[list[str], typer.Argument(help="Shell command (put it after --).")],
     image: Annotated[
-        str | None, typer.Option("--image", help="Image [default: obsspec/base:latest].")
+        str | None, typer.Option("--image", help="Image \\[default: obsspec/base:latest].")
     ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds before the command is killed.")
@@ -171,7 +171,7 @@ def gc(
 def bench(
     n: Annotated[int, typer.Option("--n", min=5, help="Commands to time.")] = 100,
     starts: Annotated[int, typer.Option("--starts", min=2, help="Sandbox starts to time.")] = 10,
-    image: Annotated[str | None, typer.Option("--image", help="Image [default: base].")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Image \\[default: base].")] = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:

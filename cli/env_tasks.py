@@ -18,7 +18,7 @@ def generate(
     n: Annotated[int, typer.Option("--n", min=1, help="Number of tasks.")] = 24,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, byte-identical tasks.")] = 0,
     families: Annotated[
-        str | None, typer.Option("--families", help="Comma-separated families [default: all].")
+        str | None, typer.Option("--families", help="Comma-separated families \\[default: all].")
     ] = None,
     json_output: JsonOption = False,
 ) -> None:

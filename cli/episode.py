@@ -18,7 +18,7 @@ def episode(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", help="Policy: model name or HF directory [default: the default model]."
+            "--model", help="Policy: model name or HF directory \\[default: the default model]."
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed of the episode.")] = 0,
@@ -40,7 +40,7 @@ def episode(
         str | None,
         typer.Option(
             "--served-name",
-            help="Model name on the server [default: --model].",
+            help="Model name on the server \\[default: --model].",
             rich_help_panel="Engine",
         ),
     ] = None,

@@ -31,7 +31,7 @@ def pull(
         str | None,
         typer.Argument(
             help="Known model name, or a local model directory to check "
-            "[default: the default model]."
+            "\\[default: the default model]."
         ),
     ] = None,
     force: Annotated[
@@ -106,7 +106,7 @@ def tiny(
         typer.Option(
             "--base",
             help="Model whose tokenizer and chat template to use (name or path) "
-            "[default: the default model].",
+            "\\[default: the default model].",
         ),
     ] = None,
     layers: Annotated[int, typer.Option(min=1, help="Transformer layers.")] = 2,

@@ -68,8 +68,16 @@ class ShardWritten:
 
 
 @dataclass(frozen=True)
+class WorkerReady:
+    """A worker has its images, engine and pools and starts its first episodes."""
+
+    worker: int
+    episodes: int
+
+
+@dataclass(frozen=True)
 class Note:
     message: str
 
 
-Event = EpisodeDone | AttemptFailed | TaskSkipped | ShardWritten | Note
+Event = EpisodeDone | AttemptFailed | TaskSkipped | ShardWritten | WorkerReady | Note

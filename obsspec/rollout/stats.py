@@ -6,7 +6,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from obsspec.rollout.events import AttemptFailed, EpisodeDone, Event, ShardWritten, TaskSkipped
+from obsspec.rollout.events import (
+    AttemptFailed,
+    EpisodeDone,
+    Event,
+    ShardWritten,
+    TaskSkipped,
+    WorkerReady,
+)
 
 
 @dataclass
@@ -14,6 +21,7 @@ class CollectStats:
     total: int  # episodes the run asks for (tasks that loaded x episodes per task)
     already_done: int  # found in the run directory at start (a resumed run)
     started: float = field(default_factory=time.monotonic)
+    collecting_since: float | None = None  # the first worker ready (images built, engine up)
     episodes: int = 0  # finished in this invocation (in the dataset once their shard is)
     turns: int = 0
     tokens: int = 0
@@ -44,6 +52,9 @@ class CollectStats:
             case TaskSkipped():
                 self.skipped_tasks[event.task_id] = event.reason
                 self.skipped_episodes += event.episodes
+            case WorkerReady():
+                if self.collecting_since is None:
+                    self.collecting_since = time.monotonic()
             case ShardWritten():
                 self.shards += 1
                 self.saved += event.episodes
@@ -67,16 +78,21 @@ class CollectStats:
     def mean_reward(self) -> float | None:
         return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
+    @property
+    def collecting_s(self) -> float:
+        """Seconds since episodes started (image builds and engine start excluded)."""
+        return 0.0 if self.collecting_since is None else time.monotonic() - self.collecting_since
+
     def rate(self, amount: float) -> float:
-        return amount / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return amount / self.collecting_s if self.collecting_s > 0 else 0.0
 
     def eta_s(self) -> float | None:
         if not self.episodes:
             return None
-        return self.remaining * self.elapsed_s / self.episodes
+        return self.remaining * self.collecting_s / self.episodes
 
     def summary(self) -> dict:
-        minutes = self.elapsed_s / 60
+        minutes = self.collecting_s / 60
         return {
             "episodes": self.episodes,
             "turns": self.turns,
@@ -93,4 +109,5 @@ class CollectStats:
             "missing": self.total - self.already_done - self.episodes,
             "shards": self.shards,
             "elapsed_s": round(self.elapsed_s, 2),
+            "collecting_s": round(self.collecting_s, 2),
         }

@@ -37,6 +37,7 @@ from obsspec.rollout.events import (
     Note,
     ShardWritten,
     TaskSkipped,
+    WorkerReady,
 )
 from obsspec.rollout.plan import WorkItem
 from obsspec.rollout.policy import Policy, open_policy
@@ -76,6 +77,7 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
                 shard_seconds=config.shard_seconds,
                 on_shard=lambda path, rows: emit(ShardWritten(job.worker, path.name, len(rows))),
             )
+            emit(WorkerReady(job.worker, len(items)))
             try:
                 await run_items(job, items, tasks, policy, pools, writer, emit)
             finally:

@@ -1,0 +1,192 @@
+"""`obsspec collect`: run many episodes into a Hugging Face dataset (resumable; Ray optional)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.collect_view import CollectView, plain_line, summary_table
+from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err, global_config, out
+from obsspec.agent.protocol import ActionFormat
+from obsspec.errors import ObsspecError
+
+RUN = "Run"
+ENGINE = "Engine"
+SCALE = "Scale-out (Ray)"
+
+
+def collect(
+    tasks: Annotated[
+        str | None,
+        typer.Option("--tasks", help="Task directory, directory of tasks, or glob."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Run directory; rerun the same command to resume it."),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="Model name or HF directory, or 'oracle' to replay reference solutions "
+            "\\[default: the default model].",
+        ),
+    ] = None,
+    episodes_per_task: Annotated[
+        int | None,
+        typer.Option("--episodes-per-task", "-k", min=1, help="Episodes per task \\[default: 1]."),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", min=1, help="Episodes at once per worker \\[default: 1]."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Base seed of the run \\[default: 0].")
+    ] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(
+            "--max-turns", min=1, help="Turns per episode \\[default: 15].", rich_help_panel=RUN
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens", min=1, help="Tokens per reply \\[default: 384].", rich_help_panel=RUN
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--temperature",
+            min=0,
+            help="Sampling temperature \\[default: 1.0].",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
+    action_format: Annotated[
+        ActionFormat | None,
+        typer.Option("--format", help="Action format \\[default: markdown].", rich_help_panel=RUN),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="A broken task stops the run.", rich_help_panel=RUN)
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete a different run found in --out and start again.",
+            rich_help_panel=RUN,
+        ),
+    ] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="OpenAI-compatible server URL instead of vLLM in process.",
+            rich_help_panel=ENGINE,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Run N Ray workers, each with its own engine and sandboxes.",
+            rich_help_panel=SCALE,
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Join this Ray cluster ('auto': the local one).",
+            rich_help_panel=SCALE,
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+    cache_dir: CacheDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run episodes of a policy on tasks and store them as a Hugging Face dataset.
+
+    Shards go to OUT/data/*.parquet (load them with
+    datasets.load_dataset("parquet", data_files="OUT/data/*.parquet")); OUT/manifest.json
+    records the run. Rerunning the same command continues where a stopped run left off.
+    Other settings (shard size, retries, engine memory) live in the \\[collect] table of --config.
+    """
+    from obsspec.rollout.collect import collect as run_collection
+    from obsspec.rollout.config import load_collect_config
+
+    settings = global_config(config, cache_dir)
+    limits = {
+        "max_turns": max_turns,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "action_format": action_format,
+    }
+    flags: dict[str, Any] = {
+        "tasks": tasks,
+        "out": out_dir,
+        "policy": policy,
+        "episodes_per_task": episodes_per_task,
+        "concurrency": concurrency,
+        "seed": seed,
+        "strict": strict or None,
+        "overwrite": overwrite or None,
+        "workers": workers,
+        "ray_address": ray_address,
+        "limits": {k: v for k, v in limits.items() if v is not None},
+        "engine": {"server": server} if server else {},
+    }
+    flags = {k: v for k, v in flags.items() if v not in (None, {})}
+    if "policy" not in flags and not _in_file(config, "policy"):
+        flags["policy"] = settings.default_model
+    require_flag(config, flags, "tasks", "--tasks")
+    require_flag(config, flags, "out", "--out")
+    collect_config = load_collect_config(config, flags)
+
+    view = CollectView()
+    live = not json_output and err.is_terminal
+    on_event = view.live_update if live else plain_line(err)
+    with view.live(err) if live else contextlib.nullcontext():
+        try:
+            summary = asyncio.run(
+                run_collection(collect_config, settings.paths.models_dir, on_event)
+            )
+        except KeyboardInterrupt:
+            err.print(
+                f"interrupted: {view.saved} episodes of this invocation are saved in "
+                f"{collect_config.out}; rerun the same command to resume"
+            )
+            raise typer.Exit(130) from None
+    if json_output:
+        emit_json(summary)
+    else:
+        out.print(summary_table(summary))
+    if summary["failures"]:
+        lost = sum(summary["failures"].values())
+        raise ObsspecError(
+            f"{lost} episode(s) failed on the infrastructure on every attempt; they are not in "
+            f"the dataset (see {collect_config.out / 'failures.jsonl'})",
+            hint="rerun the same command to retry them",
+        )
+
+
+def _in_file(config: Path | None, key: str) -> bool:
+    from obsspec.config import read_toml
+
+    return config is not None and key in read_toml(config).get("collect", {})
+
+
+def require_flag(config: Path | None, flags: dict, key: str, flag: str) -> None:
+    if key not in flags and not _in_file(config, key):
+        from obsspec.errors import ConfigError
+
+        raise ConfigError(f"{flag} is required (or set collect.{key} in --config)")

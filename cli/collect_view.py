@@ -1,0 +1,144 @@
+"""How `obsspec collect` shows progress: a live panel on a terminal, else one line per event."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from obsspec.rollout.events import (
+    AttemptFailed,
+    EpisodeDone,
+    Event,
+    Note,
+    ShardWritten,
+    TaskSkipped,
+)
+from obsspec.rollout.stats import CollectStats
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def progress_text(stats: CollectStats) -> str:
+    settled = stats.already_done + stats.episodes
+    reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.2f}"
+    return (
+        f"{settled}/{stats.total} episodes, mean reward {reward}, "
+        f"{stats.rate(stats.episodes) * 60:.1f} ep/min, ETA {duration(stats.eta_s())}"
+    )
+
+
+def event_line(event: Event, stats: CollectStats) -> str | None:
+    """The log line of an event (None for events only the live view shows)."""
+    match event:
+        case EpisodeDone():
+            reward = "not verified" if event.reward is None else f"{event.reward:g}"
+            return (
+                f"{event.task_id} #{event.episode_index}: reward {reward} ({event.finish_reason}, "
+                f"{event.turns} turns, {event.seconds:.1f} s) | {progress_text(stats)}"
+            )
+        case AttemptFailed():
+            then = "gave up (a rerun retries it)" if event.final else "retrying"
+            return (
+                f"{event.task_id} #{event.episode_index}: attempt {event.attempt} failed, "
+                f"{event.error_type}: {event.error} ({then})"
+            )
+        case TaskSkipped():
+            return f"skipped task {event.task_id}: {event.reason}"
+        case ShardWritten():
+            return f"wrote {event.name} ({event.episodes} episodes)"
+        case Note():
+            return event.message
+    return None
+
+
+def plain_line(console: Console) -> Callable[[Event, CollectStats], None]:
+    def show(event: Event, stats: CollectStats) -> None:
+        line = event_line(event, stats)
+        if line is not None:
+            console.print(escape(line), markup=True, highlight=False, soft_wrap=True)
+
+    return show
+
+
+class CollectView:
+    """The live panel; it also remembers how many episodes reached a shard (for Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.stats: CollectStats | None = None
+        self._live: Live | None = None
+
+    @property
+    def saved(self) -> int:
+        return self.stats.saved if self.stats else 0
+
+    @contextlib.contextmanager
+    def live(self, console: Console) -> Iterator[None]:
+        with Live(self, console=console, refresh_per_second=2, transient=False) as live:
+            self._live = live
+            yield
+
+    def live_update(self, event: Event, stats: CollectStats) -> None:
+        self.stats = stats
+        if self._live is not None and isinstance(event, AttemptFailed | TaskSkipped | Note):
+            self._live.console.print(escape(event_line(event, stats) or ""), soft_wrap=True)
+
+    def record(self, event: Event, stats: CollectStats) -> None:
+        self.stats = stats
+
+    def __rich__(self):
+        stats = self.stats
+        if stats is None:
+            return "starting..."
+        settled = stats.already_done + stats.episodes
+        grid = Table.grid(padding=(0, 2))
+        grid.add_row(
+            ProgressBar(total=max(stats.total, 1), completed=settled, width=40),
+            f"{settled}/{stats.total} episodes",
+            f"ETA {duration(stats.eta_s())}",
+        )
+        reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
+        errors = ", ".join(f"{k} {v}" for k, v in stats.failures.items()) or "none"
+        details = Table.grid(padding=(0, 2))
+        details.add_row(
+            f"turns/s {stats.rate(stats.turns):.2f}",
+            f"tokens/s {stats.rate(stats.tokens):.1f}",
+            f"mean reward {reward}",
+            f"retries {stats.retries}",
+            f"errors: {errors}",
+            f"shards {stats.shards}",
+        )
+        return Group(grid, details)
+
+
+def summary_table(summary: dict) -> Table:
+    table = Table(title=f"collected into {summary['out']} ({summary['status']})", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key in ("episodes", "turns", "mean_reward", "success_rate", "episodes_per_min"):
+        value = summary[key]
+        table.add_row(
+            key,
+            "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value),
+        )
+    table.add_row("already done", str(summary["already_done"]))
+    table.add_row("missing", str(summary["missing"]))
+    table.add_row(
+        "failures", ", ".join(f"{k}: {v}" for k, v in summary["failures"].items()) or "none"
+    )
+    if summary["skipped_tasks"]:
+        table.add_row("skipped tasks", "\n".join(summary["skipped_tasks"]))
+    table.add_row("seconds", f"{summary['elapsed_s']:.1f}")
+    return table

@@ -1,0 +1,131 @@
+"""Collection workers as Ray actors: each runs `run_worker` with its own engine and sandboxes.
+
+    await run_on_ray(jobs, address, handle)
+
+Without an address a local Ray cluster is started for the run (and stopped after it); with
+one (e.g. "auto") the run joins that cluster. Each actor takes one GPU when the cluster has a
+GPU for every worker (and the policy is a model), else a share of the CPUs. Actors keep their
+events in a list that the driver drains twice a second, so progress, the manifest and the
+failure log stay in the driver. Every actor writes its own shards into the run directory,
+which must therefore be on a filesystem all nodes share (as must the task directories).
+
+Ctrl-C in the driver asks every actor to stop: each cancels its episodes, writes the episodes
+it finished as a shard, and removes its containers before the driver returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+from obsspec.errors import EngineError, ObsspecError
+from obsspec.rollout.events import Event
+from obsspec.rollout.worker import WorkerJob, run_worker
+
+# Settings the CLI edge put in the environment, handed on to the worker processes.
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "VLLM_CONFIGURE_LOGGING")
+DRAIN_EVERY_S = 0.5
+
+
+class CollectActor:
+    def __init__(self, job: WorkerJob) -> None:
+        self.job = job
+        self.events: list[Event] = []
+        self.task: asyncio.Task | None = None
+
+    async def run(self) -> str:
+        self.task = asyncio.current_task()
+        try:
+            await run_worker(self.job, self.events.append)
+        except asyncio.CancelledError:
+            return "stopped"
+        return "done"
+
+    async def drain(self) -> list[Event]:
+        events = list(self.events)
+        self.events.clear()  # the same list: run_worker holds its append
+        return events
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def run_on_ray(
+    jobs: list[WorkerJob], address: str | None, handle: Callable[[Event], None]
+) -> None:
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": env},
+        )
+    actors = []
+    try:
+        actor_class = ray.remote(CollectActor).options(**placement(ray, jobs))
+        actors = [actor_class.remote(job) for job in jobs]
+        await supervise(ray, actors, handle)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        if started_here:
+            ray.shutdown()
+
+
+def placement(ray, jobs: list[WorkerJob]) -> dict:
+    """Resources per actor: a GPU each when there are enough, else an equal share of CPUs."""
+    resources = ray.cluster_resources()
+    if not jobs[0].config.is_oracle and resources.get("GPU", 0) >= len(jobs):
+        return {"num_gpus": 1, "num_cpus": 1}
+    cpus = resources.get("CPU", 1)
+    return {"num_cpus": min(1.0, cpus / len(jobs))}
+
+
+async def supervise(ray, actors: list, handle: Callable[[Event], None]) -> None:
+    """Relay events until every actor's run ends. When one fails, or the driver is cancelled,
+    the others are stopped cleanly (finished episodes written, containers removed) first."""
+    runs = [actor.run.remote() for actor in actors]
+    try:
+        pending = list(runs)
+        while pending:
+            finished, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+            await relay(actors, handle)
+            for run in finished:
+                await result_of(ray, run)
+            if pending:
+                await asyncio.sleep(DRAIN_EVERY_S)
+    except BaseException:
+        await asyncio.gather(*(actor.stop.remote() for actor in actors), return_exceptions=True)
+        await asyncio.gather(*runs, return_exceptions=True)
+        raise
+    finally:
+        await relay(actors, handle)
+
+
+async def relay(actors: list, handle: Callable[[Event], None]) -> None:
+    batches = await asyncio.gather(
+        *(actor.drain.remote() for actor in actors), return_exceptions=True
+    )
+    for batch in batches:
+        if isinstance(batch, list):
+            for event in batch:
+                handle(event)
+
+
+async def result_of(ray, run) -> str:
+    """An actor's result; its failure re-raised as the obsspec error it was, when it was one."""
+    try:
+        return await run
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, ObsspecError):
+            raise cause from None
+        raise EngineError(f"a collection worker failed: {cause or e}") from e
+    except ray.exceptions.RayActorError as e:
+        raise EngineError(f"a collection worker died: {e}") from e

@@ -1,0 +1,94 @@
+"""Shards: the explicit schema, atomic appearance, and what a resumed run reads back."""
+
+from __future__ import annotations
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+
+from obsspec.rollout.dataset import (
+    SCHEMA,
+    ShardWriter,
+    completed_episodes,
+    remove_partial_shards,
+    trajectory_row,
+)
+from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
+
+
+def trajectory(task_id: str = "t1", reward: float | None = 1.0, speculated: bool = False):
+    turn = Turn(
+        0,
+        "```bash\nls\n```",
+        "command",
+        "ls",
+        "a\n[exit code: 0]",
+        [5, 6, 2],
+        [-0.1, -0.2, -0.3],
+        [7, 8],
+        exit_code=0,
+        exec_s=0.01,
+        speculation=SpeculationRecord(attempted=True, source="rules", matched=True)
+        if speculated
+        else None,
+    )
+    return Trajectory(
+        task_id,
+        "h" * 64,
+        "tiny",
+        3,
+        [1, 2],
+        turns=[turn],
+        context_ids=[1, 2, 5, 6, 2, 7, 8],
+        mask=[0, 0, 1, 1, 1, 0, 0],
+        logprobs=[None, None, -0.1, -0.2, -0.3, None, None],
+        finish_reason="done",
+        reward=reward,
+    )
+
+
+def row(task_id="t1", index=0, **kw):
+    return trajectory_row(
+        trajectory(task_id, **kw), run_id="r", episode_index=index, policy="p", attempts=1
+    )
+
+
+def test_rows_follow_the_schema_and_load_with_plain_datasets(tmp_path):
+    writer = ShardWriter(tmp_path, "shard-a-w00", shard_episodes=2)
+    writer.add(row("t1", 0))
+    writer.add(row("t2", 0, reward=None, speculated=True))  # not verified, speculated turn
+    assert len(writer.shards) == 1 and writer.pending == 0
+    assert pq.read_schema(writer.shards[0]).equals(SCHEMA, check_metadata=False)
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "*.parquet"), split="train")
+    first, second = ds[0], ds[1]
+    assert first["task_id"] == "t1" and first["reward"] == 1.0 and first["success"]
+    assert second["reward"] is None and not second["success"]
+    assert first["mask"] == [0, 0, 1, 1, 1, 0, 0]
+    assert first["logprobs"][:3] == [None, None, pytest.approx(-0.1)]
+    assert first["turns"][0]["command"] == "ls" and first["turns"][0]["speculation"] is None
+    assert second["turns"][0]["speculation"]["source"] == "rules"
+
+
+def test_a_shard_appears_whole_or_not_at_all(tmp_path):
+    writer = ShardWriter(tmp_path, "shard-a-w00", shard_episodes=10)
+    writer.add(row())
+    assert list(tmp_path.iterdir()) == []  # buffered, nothing on disk yet
+    writer.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["shard-a-w00-00000.parquet"]
+
+
+def test_a_writer_killed_mid_write_leaves_only_a_hidden_temp_file(tmp_path):
+    (tmp_path / ".shard-x-w00-00000.parquet.tmp").write_bytes(b"PAR1 half a shard")
+    writer = ShardWriter(tmp_path, "shard-b-w00", shard_episodes=1)
+    writer.add(row("t1", 4))
+    assert completed_episodes(tmp_path) == {("t1", 4): "h" * 64}  # the temp file is not read
+    assert remove_partial_shards(tmp_path) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["shard-b-w00-00000.parquet"]
+
+
+def test_time_due_flush_writes_a_partial_shard(tmp_path):
+    writer = ShardWriter(tmp_path, "s", shard_episodes=100, shard_seconds=0.0)
+    writer.flush_if_due()  # nothing buffered: nothing written
+    writer.add(row())
+    writer.flush_if_due()
+    assert len(writer.shards) == 1
