@@ -63,3 +63,17 @@ def test_prompts_explain_their_own_format():
     assert "<tool_call>" in SYSTEM_PROMPTS[HERMES]
     for fmt in ActionFormat:
         assert parse_action(CORRECTIVE_OBSERVATIONS[fmt], fmt).kind == "invalid"
+
+
+@pytest.mark.parametrize("fmt", [MD, HERMES])
+@pytest.mark.parametrize(
+    "command",
+    ["ls -la /srv", 'echo "a \\"quoted\\" word" > /tmp/x', "for f in *; do\n  echo $f\ndone"],
+)
+def test_format_action_is_the_inverse_of_parse_action(fmt, command):
+    from obsspec.agent.protocol import Action, format_action
+
+    assert parse_action(format_action(Action("command", command), fmt), fmt) == Action(
+        "command", command
+    )
+    assert parse_action(format_action(Action("done"), fmt), fmt).kind == "done"
