@@ -2,7 +2,8 @@
 
 It reads top to bottom:
 
-    connect to Docker under a fresh run id (its containers are removed however it ends)
+    connect to Docker under a fresh run id (its containers are removed however it ends), and
+    remove the containers that dead runs on this host left behind (e.g. a killed collect)
     build the images of its tasks (a task whose image fails is reported and skipped)
     load the policy (tokenizer + engine, or the oracle)
     run the work items, `concurrency` at a time; each episode is retried while the
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from environments.errors import ImageBuildError
-from environments.gc import run_scope
+from environments.gc import gc_containers, run_scope
 from environments.pool import SandboxPool
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
@@ -62,6 +63,10 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
     config = job.config
     tasks = {task.id: task for task in job.tasks}
     with run_scope(f"collect-w{job.worker}") as (client, docker_run):
+        # A run killed with SIGKILL leaves its containers; resuming it is the moment to go.
+        leftovers = await asyncio.to_thread(gc_containers, client)
+        if leftovers.removed:
+            emit(Note(f"removed {len(leftovers.removed)} containers of dead runs"))
         images = await build_images(client, tasks, job.items, config.strict, emit)
         items = [item for item in job.items if item.task_id in images]
         if not items:
