@@ -49,6 +49,18 @@ def timings_of(metrics, total_s: float) -> Timings:
     )
 
 
+def prefill_args(max_model_len: int) -> dict:
+    """On CPU, prompts are prefilled whole. vLLM's CPU build crashes the engine ("CPU Generator
+    does not use offset") when a request with its own seed is prefilled in chunks, which
+    happens as soon as concurrent prompts exceed the batch token budget; every episode turn
+    has a seed. The CUDA build rewinds its generators fine and keeps chunked prefill."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 2048)}
+
+
 class LoadTracker:
     """A vLLM stat logger that only remembers the scheduler's latest load (no log output)."""
 
@@ -107,6 +119,7 @@ class LocalVLLMEngine:
             scheduling_policy="priority",  # speculative requests run at lower priority
             kv_cache_memory_bytes=int(s.kv_cache_gb * (1 << 30)),
             disable_log_stats=True,  # no periodic log lines; the LoadTracker still gets stats
+            **prefill_args(s.max_model_len),
         )
         try:
             self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])

@@ -62,6 +62,11 @@ class CollectConfig(StrictModel):
     ray_address: str | None = Field(
         default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
     )
+    sandbox_cpuset: str | None = Field(
+        default=None,
+        description="Pin every sandbox to these cores (e.g. '1'), away from the engine's, to "
+        "mimic a cluster where inference and tools do not share processors.",
+    )
     min_free_mb: int = Field(
         default=64, ge=0, description="Refuse to start with less free disk in the run directory."
     )

@@ -73,7 +73,7 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
             return
         async with (
             open_policy(config, job.models_dir, engine=engine) as policy,
-            TaskPools(client, docker_run, tasks, images, items) as pools,
+            TaskPools(client, docker_run, tasks, images, items, config.sandbox_cpuset) as pools,
         ):
             writer = ShardWriter(
                 job.config.out / "data",
@@ -194,8 +194,10 @@ class TaskPools:
         tasks: dict[str, Task],
         images: dict[str, str],
         items: list[WorkItem],
+        cpuset: str | None = None,
     ) -> None:
         self.client = client
+        self.cpuset = cpuset
         self.run_id = run_id
         self.tasks = tasks
         self.images = images
@@ -211,8 +213,11 @@ class TaskPools:
     async def pool(self, task: Task) -> SandboxPool:
         if task.id not in self._pools:
             warm = 1 if self.remaining[task.id] > 1 else 0
+            limits = task.limits
+            if self.cpuset is not None:
+                limits = limits.model_copy(update={"cpuset": self.cpuset})
             pool = SandboxPool(
-                self.client, self.images[task.id], task.limits, size=warm, run_id=self.run_id
+                self.client, self.images[task.id], limits, size=warm, run_id=self.run_id
             )
             self._pools[task.id] = await pool.__aenter__()
         return self._pools[task.id]

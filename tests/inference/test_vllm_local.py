@@ -178,3 +178,19 @@ async def test_cancelled_request_does_not_slow_the_next(tiny_engine, tiny_model_
     with pytest.raises(asyncio.CancelledError):
         await long
     assert after < 1.5 * alone + 0.2
+
+
+async def test_seeded_requests_with_long_prompts_all_complete(tiny_engine, tiny_model_dir):
+    """Concurrent seeded prompts beyond the batch token budget: vLLM's CPU build crashed the
+    engine when it prefilled such requests in chunks (every episode turn has a seed)."""
+    prompts = [chat_ids(tiny_model_dir, f"{i} " + "word " * 800) for i in range(6)]
+    assert sum(len(p) for p in prompts) > 2 * tiny_engine.settings.max_model_len
+    gens = await asyncio.gather(
+        *(
+            tiny_engine.generate(p, Sampling(max_tokens=4, temperature=1.0, seed=i))
+            for i, p in enumerate(prompts)
+        )
+    )
+    assert all(len(g.token_ids) >= 1 for g in gens)
+    alive = await tiny_engine.generate(prompts[0][:20], Sampling(max_tokens=2))
+    assert alive.token_ids
