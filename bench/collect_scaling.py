@@ -70,7 +70,8 @@ async def main(args) -> dict:
     return {
         "model": str(model),
         "cores": os.cpu_count(),
-        "placement": f"vLLM threads bound by vLLM (core 0); sandboxes on cpuset {args.sandbox_cpuset}",
+        "placement": "vLLM threads bound by vLLM (core 0); sandboxes on cpuset "
+        + args.sandbox_cpuset,
         "tasks": args.tasks,
         "max_turns": args.max_turns,
         "max_tokens": args.max_tokens,
