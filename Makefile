@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 EXTRA ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
 STAMP := $(VENV)/.installed-$(EXTRA)-$(shell cat pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# Where `make demo` writes its tasks and datasets (rerunning it resumes, so it is quick).
+DEMO ?= demo-run
 # No model hub is reachable (or needed): every model is a local directory.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
@@ -34,6 +36,9 @@ model: python
 demo: setup
 	$(BIN)/obsspec doctor
 	$(BIN)/obsspec env run -- 'echo "hello from $$(hostname)"; uname -sm; python3 --version; pwd'
+	$(BIN)/obsspec env generate --out $(DEMO)/tasks --n 8 --seed 0 >/dev/null
+	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/oracle --policy oracle -c 4
+	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/smollm2 -c 8 --max-turns 4 --max-tokens 128
 
 test: setup
 	$(BIN)/pytest --require-capabilities $(PYTEST_ARGS)
@@ -46,4 +51,4 @@ bench: setup
 	@for script in bench/*.py; do echo "== $$script" >&2; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(DEMO)
