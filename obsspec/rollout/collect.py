@@ -15,6 +15,7 @@ It reads top to bottom:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -75,8 +76,9 @@ async def collect(
         write_progress(rundir, manifest, stats)
         try:
             await run_workers(config, models_dir, tasks, items, manifest["run_id"], handle, engine)
-        except BaseException:
-            write_progress(rundir, manifest, stats, status="interrupted")
+        except BaseException as e:
+            stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
+            write_progress(rundir, manifest, stats, status="interrupted" if stopped else "failed")
             raise
         status = "complete" if stats.remaining == 0 and not stats.lost else "incomplete"
         write_progress(rundir, manifest, stats, status=status)

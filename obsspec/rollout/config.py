@@ -54,6 +54,12 @@ class CollectConfig(StrictModel):
     max_attempts: int = Field(
         default=3, ge=1, description="Tries per episode when the infrastructure fails."
     )
+    give_up_after: int = Field(
+        default=8,
+        ge=1,
+        description="Stop the run when this many episodes in a row failed every attempt "
+        "(a dead engine or Docker daemon should not burn through the whole task list).",
+    )
     strict: bool = Field(default=False, description="A broken task stops the run.")
     overwrite: bool = Field(
         default=False, description="Replace a run directory that holds a different run."

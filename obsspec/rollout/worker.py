@@ -28,9 +28,10 @@ from environments.pool import SandboxPool
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
 from obsspec.agent.episode import run_episode
+from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.rollout.config import CollectConfig
-from obsspec.rollout.dataset import ShardWriter, trajectory_row
+from obsspec.rollout.dataset import DATA_DIR, ShardWriter, trajectory_row
 from obsspec.rollout.events import (
     AttemptFailed,
     EpisodeDone,
@@ -44,6 +45,10 @@ from obsspec.rollout.plan import WorkItem
 from obsspec.rollout.policy import Policy, open_policy
 
 Emit = Callable[[Event], None]
+
+
+class InfrastructureDown(ObsspecError):
+    """Episode after episode fails on the infrastructure: the run stops instead of spinning."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
             TaskPools(client, docker_run, tasks, images, items, config.sandbox_cpuset) as pools,
         ):
             writer = ShardWriter(
-                job.config.out / "data",
+                job.config.out / DATA_DIR,
                 job.shard_prefix,
                 shard_episodes=config.shard_episodes,
                 shard_seconds=config.shard_seconds,
@@ -120,10 +125,19 @@ async def run_items(
     emit: Emit,
 ) -> None:
     gate = asyncio.Semaphore(job.config.concurrency)
+    failed_in_a_row = 0
 
     async def one(item: WorkItem) -> None:
+        nonlocal failed_in_a_row
         async with gate:
             row = await run_item(job, item, tasks[item.task_id], policy, pools, emit)
+        failed_in_a_row = 0 if row is not None else failed_in_a_row + 1
+        if failed_in_a_row >= job.config.give_up_after:
+            raise InfrastructureDown(
+                f"{failed_in_a_row} episodes in a row failed on every attempt; stopping "
+                f"(the last failures are in {job.config.out / 'failures.jsonl'})",
+                hint="fix the cause (engine, Docker), then rerun the same command to resume",
+            )
         if row is not None:
             writer.add(row)
         await pools.finished(item.task_id)
@@ -138,8 +152,20 @@ async def run_items(
         async with asyncio.TaskGroup() as group:
             for item in items:
                 group.create_task(one(item))
+    except BaseExceptionGroup as failures:
+        raise first_failure(failures) from None  # the others were cancelled because of it
     finally:
         flusher.cancel()
+
+
+def first_failure(group: BaseExceptionGroup) -> BaseException:
+    """The error to report from a task group: an obsspec error when there is one."""
+    leaves = []
+    stack = [group]
+    while stack:
+        for error in stack.pop().exceptions:
+            (stack if isinstance(error, BaseExceptionGroup) else leaves).append(error)
+    return next((e for e in leaves if isinstance(e, ObsspecError)), leaves[0])
 
 
 async def run_item(

@@ -116,3 +116,17 @@ async def test_broken_task_is_skipped_and_others_run(tmp_path, settings, base_im
     summary = await collect(config, settings.paths.models_dir)
     assert summary["episodes"] == 1 and summary["total"] == 1
     assert list(summary["skipped_tasks"]) == [str(tasks / "greet-b")]
+
+
+async def test_a_run_stops_when_episode_after_episode_fails(tmp_path, settings, base_image):
+    from obsspec.rollout.worker import InfrastructureDown
+
+    tasks = greeting_tasks(tmp_path / "tasks", ["g1", "g2", "g3", "g4"])
+    for toml in tasks.glob("*/task.toml"):
+        toml.write_text(toml.read_text().replace("cpus = 1", "cpus = 4096"))
+    config = CollectConfig(
+        tasks=str(tasks), out=tmp_path / "run", policy="oracle", max_attempts=1, give_up_after=2
+    )
+    with pytest.raises(InfrastructureDown, match="2 episodes in a row failed"):
+        await collect(config, settings.paths.models_dir)
+    assert json.loads((config.out / "manifest.json").read_text())["status"] == "failed"
