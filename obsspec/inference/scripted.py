@@ -24,11 +24,13 @@ class ScriptedEngine:
         *,
         max_model_len: int = 8192,
         seconds_per_token: float = 0.0,
+        logprob: float = -0.25,
     ) -> None:
         self.tokenizer = tokenizer
         self.reply = reply
         self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
+        self.logprob = logprob
         self.weight_version = 0
         self.prompts: list[list[int]] = []  # every context it was asked to continue
         self._running = 0
@@ -58,7 +60,7 @@ class ScriptedEngine:
         total = time.monotonic() - start
         return Generation(
             ids,
-            [-0.25] * len(ids),
+            [self.logprob] * len(ids),
             self.tokenizer.decode(ids, skip_special_tokens=True),
             finish,
             Timings(0.0, 0.0, total, total),

@@ -1,7 +1,7 @@
 """The policy a collection worker runs: one shared engine, or the oracle (one per episode).
 
 async with open_policy(config, models_dir) as policy:
-    engine = policy.engine_for(task)        # the shared engine, or a fresh OraclePolicy
+    engine = policy.engine_for(task)        # the shared engine, or a fresh oracle
     limits = policy.limits_for(task, config.limits)
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.agent.oracle import OraclePolicy
+from obsspec.agent.oracle import oracle_policy
 from obsspec.agent.protocol import ActionFormat, observation_role
 from obsspec.config import DEFAULT_MODEL
 from obsspec.inference.base import Engine
@@ -37,7 +37,7 @@ class Policy:
     def engine_for(self, task: Task) -> Engine:
         if self.engine is not None:
             return self.engine
-        return OraclePolicy(self.builder.tokenizer, task.solution_commands(), self.action_format)
+        return oracle_policy(self.builder.tokenizer, task.solution_commands(), self.action_format)
 
     def limits_for(self, task: Task, limits: EpisodeLimits) -> EpisodeLimits:
         """The oracle needs a turn per solution command plus one to say done."""

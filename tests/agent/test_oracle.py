@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from obsspec.agent.oracle import OraclePolicy
+from obsspec.agent.oracle import oracle_policy
 from obsspec.agent.protocol import ActionFormat, parse_action
 from obsspec.inference.base import Sampling
 
@@ -18,7 +18,7 @@ def tokenizer(default_model_dir):
 @pytest.mark.parametrize("fmt", list(ActionFormat))
 async def test_one_command_per_turn_then_done(tokenizer, fmt):
     commands = ["cd /srv", "name=$(cat user.txt)", 'echo "Hello, $name!" > /root/greeting.txt']
-    oracle = OraclePolicy(tokenizer, commands, fmt)
+    oracle = oracle_policy(tokenizer, commands, fmt)
     replies = [await oracle.generate([1, 2, 3], Sampling()) for _ in range(len(commands) + 1)]
     actions = [parse_action(r.text, fmt) for r in replies]
     assert [a.command for a in actions[:-1]] == commands
