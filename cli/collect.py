@@ -154,7 +154,12 @@ def collect(
 
     view = CollectView()
     live = not json_output and err.is_terminal
-    on_event = view.live_update if live else plain_line(err)
+    show = view.live_update if live else plain_line(err)
+
+    def on_event(event, stats) -> None:
+        view.stats = stats  # what Ctrl-C reports
+        show(event, stats)
+
     with view.live(err) if live else contextlib.nullcontext():
         try:
             summary = asyncio.run(

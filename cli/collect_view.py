@@ -95,9 +95,6 @@ class CollectView:
         if self._live is not None and isinstance(event, AttemptFailed | TaskSkipped | Note):
             self._live.console.print(escape(event_line(event, stats) or ""), soft_wrap=True)
 
-    def record(self, event: Event, stats: CollectStats) -> None:
-        self.stats = stats
-
     def __rich__(self):
         stats = self.stats
         if stats is None:

@@ -118,7 +118,8 @@ def test_ctrl_c_keeps_finished_episodes_and_leaves_no_containers(tasks, tmp_path
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 130, "".join(lines)
     time.sleep(0.2)
-    assert any("interrupted" in line for line in lines)
-    assert len(episodes_in(out)) >= 1  # the finished episodes were written as a shard
+    saved = len(episodes_in(out))
+    assert saved >= 1  # the finished episodes were written as a shard
+    assert any(f"interrupted: {saved} episodes" in line for line in lines), "".join(lines)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
     assert containers_of(proc.pid) == []
