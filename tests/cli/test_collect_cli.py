@@ -23,8 +23,12 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def tasks(tmp_path) -> Path:
+    """Three tasks whose oracle episodes take over a second each, so that a signal sent after
+    the first episode always lands while others are still running."""
     for name in ("greet-a", "greet-b", "greet-c"):
         shutil.copytree(GREETING, tmp_path / "tasks" / name)
+        solution = tmp_path / "tasks" / name / "solution" / "solve.sh"
+        solution.write_text(solution.read_text() + "sleep 1.5\n")
     return tmp_path / "tasks"
 
 
@@ -85,7 +89,7 @@ def test_kill_9_at_any_moment_then_resume_gives_each_episode_once(tasks, tmp_pat
     deadline = time.monotonic() + 180
     while not list((out / "data").glob("*.parquet")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(random.uniform(0, 1.5))  # somewhere in the middle of the run
+    time.sleep(random.uniform(0, 1.0))  # somewhere in the middle of the run
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = episodes_in(out)
