@@ -41,3 +41,24 @@ async def test_two_ray_workers_collect_each_episode_once(tmp_path, settings, bas
     assert names == {"w00", "w01"}  # each wrote its own shards, no collisions
     expected = {(f"greet-{t}", i) for t in "abc" for i in range(2)}
     assert set(completed_episodes(config.out / "data")) == expected
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_each_ray_worker_runs_its_own_engine(tmp_path, settings, base_image, tiny_model_dir):
+    for name in ("greet-a", "greet-b"):
+        shutil.copytree(GREETING, tmp_path / "tasks" / name)
+    config = CollectConfig.model_validate(
+        {
+            "tasks": str(tmp_path / "tasks"),
+            "out": tmp_path / "run",
+            "policy": str(tiny_model_dir),
+            "workers": 2,
+            "limits": {"max_turns": 1, "max_tokens": 8},
+            "engine": {"max_model_len": 1024, "kv_cache_gb": 0.25},
+        }
+    )
+    summary = await collect(config, settings.paths.models_dir)
+    assert summary["episodes"] == 2 and summary["failures"] == {}
+    names = {path.name.split("-")[2] for path in shard_paths(config.out / "data")}
+    assert names == {"w00", "w01"}
