@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from environments.tasks.model import Task
 from obsspec.inference.base import Engine
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
-from obsspec.rollout.plan import check_unchanged, load_task_set, plan_items
+from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
 from obsspec.rollout.rundir import RunDir, now
 from obsspec.rollout.stats import CollectStats
 from obsspec.rollout.worker import WorkerJob, run_worker
@@ -80,7 +81,8 @@ async def collect(
             stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
             write_progress(rundir, manifest, stats, status="interrupted" if stopped else "failed")
             raise
-        status = "complete" if stats.remaining == 0 and not stats.lost else "incomplete"
+        missing = stats.total - stats.already_done - stats.episodes  # lost or skipped
+        status = "complete" if missing == 0 else "incomplete"
         write_progress(rundir, manifest, stats, status=status)
     return {**stats.summary(), "out": str(config.out), "status": status}
 
@@ -88,8 +90,8 @@ async def collect(
 async def run_workers(
     config: CollectConfig,
     models_dir: Path,
-    tasks: list,
-    items: list,
+    tasks: list[Task],
+    items: list[WorkItem],
     run_id: str,
     handle: Callable[[Event], None],
     engine: Engine | None,
