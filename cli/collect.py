@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -14,6 +16,7 @@ from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err,
 from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import ObsspecError
 
+T = TypeVar("T")
 RUN = "Run"
 ENGINE = "Engine"
 SCALE = "Scale-out (Ray)"
@@ -163,14 +166,14 @@ def collect(
     with view.live(err) if live else contextlib.nullcontext():
         try:
             summary = asyncio.run(
-                run_collection(collect_config, settings.paths.models_dir, on_event)
+                stop_on_sigterm(run_collection(collect_config, settings.paths.models_dir, on_event))
             )
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError) as stop:
             err.print(
                 f"interrupted: {view.saved} episodes of this invocation are saved in "
                 f"{collect_config.out}; rerun the same command to resume"
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
     if json_output:
         emit_json(summary)
     else:
@@ -182,6 +185,18 @@ def collect(
             f"the dataset (see {collect_config.out / 'failures.jsonl'})",
             hint="rerun the same command to retry them",
         )
+
+
+async def stop_on_sigterm(work: Coroutine[Any, Any, T]) -> T:
+    """Run work; SIGTERM (a scheduler or `timeout` stopping the job) cancels it, which stops
+    the run as cleanly as Ctrl-C does: finished episodes saved, containers removed."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _in_file(config: Path | None, key: str) -> bool:
