@@ -27,6 +27,7 @@ from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
+from obsspec.rollout.policy import policy_model
 from obsspec.rollout.rundir import RunDir, now
 from obsspec.rollout.stats import CollectStats
 from obsspec.rollout.worker import WorkerJob, run_worker
@@ -42,6 +43,7 @@ async def collect(
     engine: Engine | None = None,
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
+    policy_model(config, models_dir)  # an unknown model fails now, not after image builds
     rundir = RunDir(config.out)
     rundir.preflight(config.min_free_mb)
     with rundir.locked():

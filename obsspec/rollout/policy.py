@@ -47,6 +47,12 @@ class Policy:
         return limits.model_copy(update={"max_turns": turns})
 
 
+def policy_model(config: CollectConfig, models_dir: Path) -> Path:
+    """The model directory whose tokenizer (and, unless oracle, weights) the policy uses."""
+    name = (config.tokenizer or DEFAULT_MODEL) if config.is_oracle else config.policy
+    return resolve_model(name, models_dir)
+
+
 @contextlib.asynccontextmanager
 async def open_policy(
     config: CollectConfig, models_dir: Path, *, engine: Engine | None = None
@@ -54,10 +60,7 @@ async def open_policy(
     """Load the tokenizer and start the engine (unless one is given: tests share theirs)."""
     from transformers import AutoTokenizer
 
-    if config.is_oracle:
-        model_dir = resolve_model(config.tokenizer or DEFAULT_MODEL, models_dir)
-    else:
-        model_dir = resolve_model(config.policy, models_dir)
+    model_dir = policy_model(config, models_dir)
     role = observation_role(config.limits.action_format)
     builder = ChatContextBuilder(AutoTokenizer.from_pretrained(model_dir), role)
     name = config.policy

@@ -79,6 +79,10 @@ def test_missing_flags_and_bad_values_are_named(tmp_path):
     assert result.returncode == 1 and "--tasks is required" in result.stderr
     result = obsspec("collect", "--tasks", str(tmp_path / "nothing"), "--out", str(tmp_path / "r"))
     assert result.returncode == 1 and "no task directories found" in result.stderr
+    args = ["--tasks", str(GREETING), "--out", str(tmp_path / "r"), "--policy", "no-such-model"]
+    result = obsspec("collect", *args)
+    assert result.returncode == 1 and "'no-such-model' is neither a known model" in result.stderr
+    assert not (tmp_path / "r").exists()  # refused before anything was made
 
 
 def test_kill_9_at_any_moment_then_resume_gives_each_episode_once(tasks, tmp_path, base_image):
