@@ -4,9 +4,10 @@
 
 It reads top to bottom:
 
+    check the policy's model and load the tasks (broken ones are reported and skipped, or
+    fatal with strict)
     check the run directory (writable, free space), lock it, and claim it: a new run, or the
     same run resumed (a different run there is refused unless overwrite)
-    load the tasks (broken ones are reported and skipped, or fatal with strict)
     read which episodes the finished shards already hold; plan the rest
     run them: in this process, or split across Ray workers
     every event updates the totals; shards update the manifest; failed attempts go to
@@ -43,7 +44,10 @@ async def collect(
     engine: Engine | None = None,
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
-    policy_model(config, models_dir)  # an unknown model fails now, not after image builds
+    # Bad input fails before anything is made: an unknown model, no tasks, a broken task
+    # under strict, then an unusable run directory.
+    policy_model(config, models_dir)
+    tasks, broken = load_task_set(config.tasks, strict=config.strict)
     rundir = RunDir(config.out)
     rundir.preflight(config.min_free_mb)
     with rundir.locked():
@@ -53,7 +57,6 @@ async def collect(
             "created_at": now(),
         }
         rundir.clean_partial()
-        tasks, broken = load_task_set(config.tasks, strict=config.strict)
         done = completed_episodes(rundir.data)
         check_unchanged(tasks, done)
         items = plan_items(tasks, config.episodes_per_task, config.seed, set(done))
