@@ -1,0 +1,1 @@
+"""Observation speculation: the Predictor contract, and (later) the speculative runner."""

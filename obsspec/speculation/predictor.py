@@ -1,0 +1,50 @@
+"""The Predictor contract: what the speculative runner asks of anything that guesses output.
+
+    predictions = await predictor.predict(context, command, n=1)
+    ...the command really runs...
+    predictor.observe(context, command, real_observation)
+
+`context` is the exact token context the policy saw up to and including the action, with the
+task's content hash (a fresh sandbox of the same task starts in the same state). A prediction
+is the full canonical observation text (obsspec.types.render_observation), so checking it is
+string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
+world model, the cascade, the oracle); the runner depends only on this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SpeculationContext:
+    task_hash: str
+    ids: tuple[int, ...]  # the policy context up to and including the action's tokens
+    key: str = field(init=False, repr=False, compare=False)  # a digest of both, for lookups
+
+    def __post_init__(self) -> None:
+        digest = hashlib.blake2b(self.task_hash.encode(), digest_size=16)
+        digest.update(b"\0" + b",".join(str(i).encode() for i in self.ids))
+        object.__setattr__(self, "key", digest.hexdigest())
+
+
+@dataclass(frozen=True)
+class Prediction:
+    text: str  # a whole canonical observation, exit-code line included
+    source: str  # which predictor answered: cache, rules, lm, oracle
+    confidence: float  # the predictor's estimate that text is exactly right, 0..1
+    latency_s: float = 0.0
+
+
+class Predictor(Protocol):
+    async def predict(
+        self, context: SpeculationContext, command: str, n: int = 1
+    ) -> list[Prediction]:
+        """Up to n guesses, most likely first; [] when the predictor has nothing to offer."""
+        ...
+
+    def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
+        """The real observation of a command (predictors that learn online keep it)."""
+        ...

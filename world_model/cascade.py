@@ -1,0 +1,35 @@
+"""CascadePredictor: ask the cheapest predictors first; the first confident answer wins.
+
+    cascade = CascadePredictor([CachePredictor(), RulePredictor(), lm_predictor])
+
+Each predictor is asked in order; the first prediction whose confidence reaches `threshold`
+is returned (its `source` says who answered). When none is confident, the most confident
+answer seen is returned, or nothing. Real observations are passed to every predictor.
+"""
+
+from __future__ import annotations
+
+from obsspec.speculation.predictor import Prediction, Predictor, SpeculationContext
+
+
+class CascadePredictor:
+    def __init__(self, predictors: list[Predictor], threshold: float = 0.5) -> None:
+        self.predictors = predictors
+        self.threshold = threshold
+
+    async def predict(
+        self, context: SpeculationContext, command: str, n: int = 1
+    ) -> list[Prediction]:
+        best: Prediction | None = None
+        for predictor in self.predictors:
+            predictions = await predictor.predict(context, command, n)
+            if predictions and predictions[0].confidence >= self.threshold:
+                return predictions[:n]
+            for prediction in predictions:
+                if best is None or prediction.confidence > best.confidence:
+                    best = prediction
+        return [best] if best is not None else []
+
+    def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
+        for predictor in self.predictors:
+            predictor.observe(context, command, observation)
