@@ -1,0 +1,77 @@
+"""The world model's prompt (shared by training and serving) and the LM predictor."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from transformers import AutoTokenizer
+
+from obsspec.agent.context import ChatContextBuilder
+from obsspec.errors import ConfigError
+from obsspec.inference.scripted import ScriptedEngine
+from obsspec.speculation.predictor import SpeculationContext
+from world_model.lm import LMPredictor
+from world_model.prompt import WorldModelPrompt, check_same_tokenizer
+
+OBSERVATIONS = [
+    "(no output)\n[exit code: 0]",
+    "total 8\ndrwxr-xr-x 2 root root 4096 .\n[exit code: 0]",
+    "grep: /nope: No such file or directory\n[exit code: 2]",
+    "naïve — ünïcode ✓\n\ttabbed\n[exit code: 0]",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(default_model_dir):
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+@pytest.fixture(scope="module")
+def builder(tokenizer):
+    return ChatContextBuilder(tokenizer)
+
+
+def policy_context(builder) -> list[int]:
+    prompt = builder.prompt_ids("system", "Task:\nlist /srv")
+    action = [*builder.encode("```bash\nls /srv\n```"), builder.end_of_turn_id]
+    return prompt + action
+
+
+@pytest.mark.parametrize("observation", OBSERVATIONS)
+def test_the_wm_continues_the_policy_conversation_where_the_observation_goes(
+    builder, tokenizer, observation
+):
+    wm = WorldModelPrompt(builder)
+    context = policy_context(builder)
+    predicted = wm.prompt_ids(context) + wm.target_ids(observation)
+    real = context + builder.turn_end_ids(context) + builder.observation_ids(observation)
+    assert tokenizer.decode(real).startswith(tokenizer.decode(predicted))
+    assert wm.observation_text(wm.target_ids(observation)) == observation
+    assert wm.observation_text(wm.target_ids(observation)[:-1]) is None  # cut off: no answer
+
+
+def test_a_cut_off_action_gets_its_end_of_turn_before_the_observation(builder):
+    wm = WorldModelPrompt(builder)
+    cut = policy_context(builder)[:-1]
+    assert wm.prompt_ids(cut)[len(cut)] == builder.end_of_turn_id
+
+
+def test_policy_and_wm_must_share_a_tokenizer(tokenizer):
+    check_same_tokenizer(tokenizer, tokenizer, policy="p", wm="w")
+    other = copy.deepcopy(tokenizer)
+    other.add_tokens(["<obsspec-extra>"])
+    with pytest.raises(ConfigError, match="different tokenizers"):
+        check_same_tokenizer(tokenizer, other, policy="p", wm="w")
+
+
+async def test_lm_predictor_answers_with_its_own_probability(builder, tokenizer):
+    wm = WorldModelPrompt(builder)
+    engine = ScriptedEngine(tokenizer, lambda _context: OBSERVATIONS[1], logprob=-0.01)
+    context = SpeculationContext("h", tuple(policy_context(builder)))
+    [prediction] = await LMPredictor(engine, wm).predict(context, "ls /srv")
+    assert prediction.text == OBSERVATIONS[1] and prediction.source == "lm"
+    assert engine.prompts[-1] == wm.prompt_ids(context.ids)  # the shared prompt, exactly
+    assert 0 < prediction.confidence < 1
+    short = LMPredictor(engine, wm, max_tokens=3)  # cut off before the end: no prediction
+    assert await short.predict(context, "ls /srv") == []
