@@ -53,6 +53,22 @@ def default_model_dir(request, settings) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tokenizer(default_model_dir):
+    """The default model's tokenizer (the real one every test model shares)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+@pytest.fixture(scope="session")
+def builder(tokenizer):
+    """Exact-token contexts for the default tokenizer, observations in the user role."""
+    from obsspec.agent.context import ChatContextBuilder
+
+    return ChatContextBuilder(tokenizer)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(default_model_dir, tmp_path_factory) -> Path:
     from obsspec.models.tiny import make_tiny_model
 

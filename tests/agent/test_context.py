@@ -1,14 +1,8 @@
 """Exact-token contexts with the real tokenizer of the default model."""
 
 import pytest
-from transformers import AutoTokenizer
 
 from obsspec.agent.context import ChatContextBuilder, TokenContext
-
-
-@pytest.fixture(scope="module")
-def tokenizer(default_model_dir):
-    return AutoTokenizer.from_pretrained(default_model_dir)
 
 
 def test_context_equals_the_rendered_conversation(tokenizer):

@@ -18,16 +18,6 @@ pytestmark = pytest.mark.docker
 TASK_DIR = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(default_model_dir):
-    return AutoTokenizer.from_pretrained(default_model_dir)
-
-
-@pytest.fixture(scope="module")
-def builder(tokenizer):
-    return ChatContextBuilder(tokenizer)
-
-
 @pytest.fixture
 async def task_and_pool(docker_client, base_image, run_id):
     task = load_task(TASK_DIR)
@@ -169,12 +159,11 @@ async def test_episode_through_an_openai_compatible_server(
 
 @pytest.mark.vllm
 @pytest.mark.slow
-async def test_default_model_episode_end_to_end(task_and_pool, default_model_dir):
+async def test_default_model_episode_end_to_end(task_and_pool, default_model_dir, builder):
     from obsspec.agent.transcript import format_transcript
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 
     task, pool = task_and_pool
-    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(default_model_dir))
     settings = EngineSettings(model=default_model_dir, max_model_len=4096, kv_cache_gb=0.5)
     async with LocalVLLMEngine(settings) as engine:
         traj = await run_episode(

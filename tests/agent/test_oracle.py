@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from obsspec.agent.oracle import oracle_policy
 from obsspec.agent.protocol import ActionFormat, parse_action
 from obsspec.inference.base import Sampling
-
-
-@pytest.fixture(scope="module")
-def tokenizer(default_model_dir):
-    return AutoTokenizer.from_pretrained(default_model_dir)
 
 
 @pytest.mark.parametrize("fmt", list(ActionFormat))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from transformers import AutoTokenizer
 
-from obsspec.agent.context import ChatContextBuilder
 from obsspec.types import TRUNCATION_MARKER
 from tests.rollout.test_dataset import row
 from world_model.examples import build_examples, family_of
@@ -15,8 +13,8 @@ from world_model.prompt import WorldModelPrompt
 
 
 @pytest.fixture(scope="module")
-def prompt(default_model_dir):
-    return WorldModelPrompt(ChatContextBuilder(AutoTokenizer.from_pretrained(default_model_dir)))
+def prompt(builder):
+    return WorldModelPrompt(builder)
 
 
 def rows_for(tasks: list[str], episodes: int = 2) -> list[dict]:

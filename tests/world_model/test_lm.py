@@ -5,9 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from transformers import AutoTokenizer
 
-from obsspec.agent.context import ChatContextBuilder
 from obsspec.errors import ConfigError
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.predictor import SpeculationContext
@@ -20,16 +18,6 @@ OBSERVATIONS = [
     "grep: /nope: No such file or directory\n[exit code: 2]",
     "naïve — ünïcode ✓\n\ttabbed\n[exit code: 0]",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(default_model_dir):
-    return AutoTokenizer.from_pretrained(default_model_dir)
-
-
-@pytest.fixture(scope="module")
-def builder(tokenizer):
-    return ChatContextBuilder(tokenizer)
 
 
 def policy_context(builder) -> list[int]:
