@@ -32,10 +32,9 @@ def duration(seconds: float | None) -> str:
 
 
 def progress_text(stats: CollectStats) -> str:
-    settled = stats.already_done + stats.episodes
     reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.2f}"
     return (
-        f"{settled}/{stats.total} episodes, mean reward {reward}, "
+        f"{stats.collected}/{stats.total} episodes, mean reward {reward}, "
         f"{stats.rate(stats.episodes) * 60:.1f} ep/min, ETA {duration(stats.eta_s())}"
     )
 
@@ -99,11 +98,10 @@ class CollectView:
         stats = self.stats
         if stats is None:
             return "starting..."
-        settled = stats.already_done + stats.episodes
         grid = Table.grid(padding=(0, 2))
         grid.add_row(
-            ProgressBar(total=max(stats.total, 1), completed=settled, width=40),
-            f"{settled}/{stats.total} episodes",
+            ProgressBar(total=max(stats.total, 1), completed=stats.collected, width=40),
+            f"{stats.collected}/{stats.total} episodes",
             f"ETA {duration(stats.eta_s())}",
         )
         reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"

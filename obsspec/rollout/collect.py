@@ -86,8 +86,7 @@ async def collect(
             stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
             write_progress(rundir, manifest, stats, status="interrupted" if stopped else "failed")
             raise
-        missing = stats.total - stats.already_done - stats.episodes  # lost or skipped
-        status = "complete" if missing == 0 else "incomplete"
+        status = "complete" if stats.missing == 0 else "incomplete"
         write_progress(rundir, manifest, stats, status=status)
     return {**stats.summary(), "out": str(config.out), "status": status}
 

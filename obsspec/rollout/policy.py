@@ -30,10 +30,6 @@ class Policy:
     engine: Engine | None  # None for the oracle
     action_format: ActionFormat
 
-    @property
-    def is_oracle(self) -> bool:
-        return self.engine is None
-
     def engine_for(self, task: Task) -> Engine:
         if self.engine is not None:
             return self.engine

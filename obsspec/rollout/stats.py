@@ -70,9 +70,19 @@ class CollectStats:
         return sum(self.failures.values())
 
     @property
+    def collected(self) -> int:
+        """Episodes of the run that are done: found at start, or finished in this invocation."""
+        return self.already_done + self.episodes
+
+    @property
+    def missing(self) -> int:
+        """Episodes the run still lacks (not yet run, lost, or of a skipped task)."""
+        return self.total - self.collected
+
+    @property
     def remaining(self) -> int:
-        settled = self.already_done + self.episodes + self.lost + self.skipped_episodes
-        return max(self.total - settled, 0)
+        """Episodes this invocation has yet to try."""
+        return max(self.missing - self.lost - self.skipped_episodes, 0)
 
     @property
     def mean_reward(self) -> float | None:
@@ -106,7 +116,7 @@ class CollectStats:
             "skipped_tasks": self.skipped_tasks,
             "already_done": self.already_done,
             "total": self.total,
-            "missing": self.total - self.already_done - self.episodes,
+            "missing": self.missing,
             "shards": self.shards,
             "elapsed_s": round(self.elapsed_s, 2),
             "collecting_s": round(self.collecting_s, 2),
