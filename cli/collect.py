@@ -149,11 +149,7 @@ def collect(
         "engine": {"server": server} if server else {},
     }
     flags = {k: v for k, v in flags.items() if v not in (None, {})}
-    if "policy" not in flags and not _in_file(config, "policy"):
-        flags["policy"] = settings.default_model
-    require_flag(config, flags, "tasks", "--tasks")
-    require_flag(config, flags, "out", "--out")
-    collect_config = load_collect_config(config, flags)
+    collect_config = load_collect_config(config, flags, default_policy=settings.default_model)
 
     view = CollectView()
     live = not json_output and err.is_terminal
@@ -197,16 +193,3 @@ async def stop_on_sigterm(work: Coroutine[Any, Any, T]) -> T:
         return await work
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
-
-
-def _in_file(config: Path | None, key: str) -> bool:
-    from obsspec.config import read_toml
-
-    return config is not None and key in read_toml(config).get("collect", {})
-
-
-def require_flag(config: Path | None, flags: dict, key: str, flag: str) -> None:
-    if key not in flags and not _in_file(config, key):
-        from obsspec.errors import ConfigError
-
-        raise ConfigError(f"{flag} is required (or set collect.{key} in --config)")

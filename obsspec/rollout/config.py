@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import DEFAULT_MODEL, StrictModel, deep_merge, read_toml, validate_config
+from obsspec.errors import ConfigError
 
 
 def collect_limits() -> EpisodeLimits:
@@ -100,15 +101,24 @@ class CollectConfig(StrictModel):
         }
 
 
-def load_collect_config(config_file: Path | None, flags: dict[str, Any]) -> CollectConfig:
-    """The `[collect]` table of config_file (if any), overlaid with the flags the user set."""
+# Settings with no default: a flag or the config file must give them.
+REQUIRED = {"tasks": "--tasks", "out": "--out"}
+
+
+def load_collect_config(
+    config_file: Path | None, flags: dict[str, Any], *, default_policy: str = DEFAULT_MODEL
+) -> CollectConfig:
+    """The `[collect]` table of config_file (if any), overlaid with the flags the user set;
+    the policy defaults to default_policy (the global config's default model)."""
     data: dict[str, Any] = {}
     if config_file is not None:
-        section = read_toml(config_file).get("collect", {})
-        if not isinstance(section, dict):
-            from obsspec.errors import ConfigError
-
+        data = read_toml(config_file).get("collect", {})
+        if not isinstance(data, dict):
             raise ConfigError(f"{config_file}: 'collect' must be a table")
-        data = section
+    merged = deep_merge(data, flags)
+    for key, flag in REQUIRED.items():
+        if key not in merged:
+            raise ConfigError(f"{flag} is required (or set collect.{key} in --config)")
+    merged.setdefault("policy", default_policy)
     source = f"{config_file} [collect] and flags" if config_file else "flags"
-    return validate_config(CollectConfig, deep_merge(data, flags), source)
+    return validate_config(CollectConfig, merged, source)
