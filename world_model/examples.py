@@ -77,10 +77,8 @@ def build_examples(
         if row.get("error_kind") == "infra":
             report.skipped["infra"] += sum(t["action"] == "command" for t in row["turns"])
             continue
-        timed_out = {t["index"] for t in row["turns"] if t["timed_out"]}
-        command_turns = [t for t in row["turns"] if t["action"] == "command"]
-        for turn, record in zip(command_turns, turn_records(row), strict=True):
-            if turn["index"] in timed_out:
+        for record in turn_records(row):
+            if record.timed_out:
                 report.skipped["timed_out"] += 1
                 continue
             if TRUNCATION_MARKER in record.observation:

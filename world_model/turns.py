@@ -20,6 +20,7 @@ class TurnRecord:
     command: str
     observation: str
     exec_s: float
+    timed_out: bool
 
 
 def turn_records(row: dict) -> Iterator[TurnRecord]:
@@ -29,5 +30,7 @@ def turn_records(row: dict) -> Iterator[TurnRecord]:
         ids += turn["action_ids"]
         if turn["action"] == "command":
             context = SpeculationContext(row["task_hash"], tuple(ids))
-            yield TurnRecord(context, turn["command"], turn["observation"], turn["exec_s"])
+            yield TurnRecord(
+                context, turn["command"], turn["observation"], turn["exec_s"], turn["timed_out"]
+            )
         ids += turn["observation_ids"]
