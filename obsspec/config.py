@@ -107,3 +107,31 @@ def load_global_config(
     merged = deep_merge(known, overrides or {})
     source = str(config_file) if config_file else "flags"
     return validate_config(GlobalConfig, merged, source)
+
+
+def load_pipeline_config(
+    model: type[M],
+    section: str,
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    required: dict[str, str] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> M:
+    """`defaults` < the `[section]` table of config_file (if any) < the flags the user set.
+
+    `required` maps settings that have no default to the flag that gives them, so a missing
+    one is reported as the flag the user should pass. `defaults` are values known only at
+    run time (such as the global config's default model).
+    """
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        data = read_toml(config_file).get(section, {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config_file}: '{section}' must be a table")
+    merged = deep_merge(deep_merge(defaults or {}, data), flags)
+    for key, flag in (required or {}).items():
+        if merged.get(key) in (None, [], ""):
+            raise ConfigError(f"{flag} is required (or set {section}.{key} in --config)")
+    source = f"{config_file} [{section}] and flags" if config_file else "flags"
+    return validate_config(model, merged, source)

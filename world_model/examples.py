@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from obsspec.speculation.predictor import SpeculationContext
 from obsspec.types import TRUNCATION_MARKER
 from world_model.prompt import WorldModelPrompt
 from world_model.turns import turn_records
@@ -31,6 +32,8 @@ class Example:
     task_id: str
     family: str
     command: str
+    context: SpeculationContext  # what a predictor is asked with at serving time
+    observation: str  # the real canonical observation
     prompt_ids: list[int]
     target_ids: list[int]
     exec_s: float
@@ -43,6 +46,22 @@ class ExampleReport:
     skipped: Counter = field(default_factory=Counter)  # reason -> turns
     train_tasks: set[str] = field(default_factory=set)
     held_out_tasks: set[str] = field(default_factory=set)
+
+    def merge(self, other: ExampleReport) -> None:
+        self.episodes += other.episodes
+        self.examples += other.examples
+        self.skipped.update(other.skipped)
+        self.train_tasks |= other.train_tasks
+        self.held_out_tasks |= other.held_out_tasks
+
+    def as_dict(self) -> dict:
+        return {
+            "episodes": self.episodes,
+            "examples": self.examples,
+            "skipped": dict(self.skipped),
+            "train_tasks": len(self.train_tasks),
+            "held_out_tasks": len(self.held_out_tasks),
+        }
 
 
 def family_of(task_id: str) -> str:
@@ -88,6 +107,8 @@ def build_examples(
                 task,
                 family,
                 record.command,
+                record.context,
+                record.observation,
                 prompt.prompt_ids(record.context.ids),
                 prompt.target_ids(record.observation),
                 record.exec_s,

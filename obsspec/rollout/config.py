@@ -9,8 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, StrictModel, deep_merge, read_toml, validate_config
-from obsspec.errors import ConfigError
+from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
 
 
 def collect_limits() -> EpisodeLimits:
@@ -110,15 +109,11 @@ def load_collect_config(
 ) -> CollectConfig:
     """The `[collect]` table of config_file (if any), overlaid with the flags the user set;
     the policy defaults to default_policy (the global config's default model)."""
-    data: dict[str, Any] = {}
-    if config_file is not None:
-        data = read_toml(config_file).get("collect", {})
-        if not isinstance(data, dict):
-            raise ConfigError(f"{config_file}: 'collect' must be a table")
-    merged = deep_merge(data, flags)
-    for key, flag in REQUIRED.items():
-        if key not in merged:
-            raise ConfigError(f"{flag} is required (or set collect.{key} in --config)")
-    merged.setdefault("policy", default_policy)
-    source = f"{config_file} [collect] and flags" if config_file else "flags"
-    return validate_config(CollectConfig, merged, source)
+    return load_pipeline_config(
+        CollectConfig,
+        "collect",
+        config_file,
+        flags,
+        required=REQUIRED,
+        defaults={"policy": default_policy},
+    )

@@ -22,10 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from obsspec.runs import shard_paths
 from obsspec.trajectory import Trajectory
-
-DATA_DIR = "data"
-SHARD_GLOB = "*.parquet"
 
 SPECULATION = pa.struct(
     [
@@ -193,10 +191,6 @@ class ShardWriter:
 
     def close(self) -> None:
         self.flush()
-
-
-def shard_paths(data_dir: Path) -> list[Path]:
-    return sorted(data_dir.glob(SHARD_GLOB))
 
 
 def remove_partial_shards(data_dir: Path) -> int:

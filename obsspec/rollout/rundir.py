@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from obsspec.errors import ConfigError
-from obsspec.rollout.dataset import DATA_DIR, remove_partial_shards, write_atomically
+from obsspec.rollout.dataset import remove_partial_shards, write_atomically
+from obsspec.runs import DATA_DIR, MANIFEST
 
-MANIFEST = "manifest.json"
 FAILURES = "failures.jsonl"
 FORMAT = "obsspec-collect/1"
 

@@ -31,7 +31,7 @@ from obsspec.agent.episode import run_episode
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.rollout.config import CollectConfig
-from obsspec.rollout.dataset import DATA_DIR, ShardWriter, trajectory_row
+from obsspec.rollout.dataset import ShardWriter, trajectory_row
 from obsspec.rollout.events import (
     AttemptFailed,
     EpisodeDone,
@@ -43,6 +43,7 @@ from obsspec.rollout.events import (
 )
 from obsspec.rollout.plan import WorkItem
 from obsspec.rollout.policy import Policy, open_policy
+from obsspec.runs import DATA_DIR
 
 Emit = Callable[[Event], None]
 

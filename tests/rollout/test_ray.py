@@ -9,8 +9,9 @@ import pytest
 
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
-from obsspec.rollout.dataset import completed_episodes, shard_paths
+from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import EpisodeDone
+from obsspec.runs import shard_paths
 
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 

@@ -1,0 +1,116 @@
+"""Resumable checkpoints during training, and the final model an engine serves.
+
+    OUT/                            the trained model: config.json, model.safetensors,
+                                    tokenizer files (vLLM and transformers load it as is)
+    OUT/checkpoints/step-00000050/  model/ (weights, or the LoRA adapter) + trainer.pt
+                                    (optimizer, schedule, step, RNG, run identity)
+    OUT/checkpoints/.step-*.tmp     a checkpoint being written (ignored, then removed)
+    OUT/obsspec-train.json          the training record: settings, data, tasks, results
+
+Every directory appears by rename once complete, so a run killed at any moment resumes from
+its last whole checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from obsspec.errors import ConfigError
+
+PREFIX = "step-"
+
+
+class Checkpoints:
+    def __init__(self, root: Path, keep: int) -> None:
+        self.root = root
+        self.keep = keep
+
+    def all(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+
+    def latest(self) -> Path | None:
+        found = self.all()
+        return found[-1] if found else None
+
+    def save(self, step: int, model, trainer_state: dict[str, Any]) -> Path:
+        import torch
+
+        final = self.root / f"{PREFIX}{step:08d}"
+        tmp = self.root / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
+        torch.save(trainer_state, tmp / "trainer.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in self.all()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def remove_partial(self) -> None:
+        if self.root.is_dir():
+            for tmp in self.root.glob(".*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(checkpoint / "trainer.pt", weights_only=False)
+
+
+def save_final(model, base: Path, out: Path, dtype: str) -> None:
+    """Merge any LoRA adapter, save weights and the base's tokenizer into `out`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.to(dtype=getattr(torch, dtype))
+    tmp = out / ".model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
+    for path in sorted(tmp.iterdir(), key=lambda p: p.name == "config.json"):
+        os.replace(path, out / path.name)  # config.json last: a loader sees weights first
+    tmp.rmdir()
+
+
+RECORD = "obsspec-train.json"  # what was trained, on what, and how it went
+
+
+def prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to train over something unless told to resume it or replace it."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a directory")
+    if overwrite and out.exists():
+        shutil.rmtree(out)
+    if out.exists() and any(out.iterdir()) and not resume:
+        raise ConfigError(
+            f"--out {out} is not empty (a trained model or its checkpoints?); use --resume to "
+            "continue its training, --overwrite to replace it, or another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def write_record(out: Path, record: dict[str, Any]) -> None:
+    tmp = out / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(tmp, out / RECORD)
+
+
+def read_record(model_dir: Path) -> dict[str, Any] | None:
+    """The training record of a model trained here, or None (any other model)."""
+    path = model_dir / RECORD
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: unreadable training record: {e}") from e

@@ -1,0 +1,92 @@
+"""Loading a causal LM for training, and the loss on labelled tokens only.
+
+The loss projects only the labelled positions through the output layer: with a 49k-token
+vocabulary the full logits of every position would dominate memory and time, while the
+labels (observation or action tokens) are a fraction of each sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from obsspec.errors import ConfigError
+from obsspec.train.config import LoraSettings, TrainSettings
+from obsspec.train.sequences import Sequence
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str
+    dtype: str  # "float32" or "bfloat16": the compute dtype (weights stay float32)
+
+
+def placement(settings: TrainSettings) -> Placement:
+    import torch
+
+    device = settings.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA device is available here")
+    dtype = settings.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    return Placement(device, dtype)
+
+
+def load_model(path: Path, where: Placement, lora: LoraSettings | None):
+    """Float32 master weights on the device; LoRA adapters wrapped in when asked for."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.to(where.device)
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=lora.targets,
+            task_type="CAUSAL_LM",
+        )
+        try:
+            model = get_peft_model(model, config)
+        except ValueError as e:  # peft: target modules not found in the model
+            raise ConfigError(f"--lora: {e}") from e
+    return model
+
+
+def batch_tensors(sequences: list[Sequence], pad_id: int, device: str):
+    """input_ids, attention_mask and the label mask, right-padded: each [rows, longest]."""
+    import torch
+
+    width = max(len(s.ids) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    labels = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, sequence in enumerate(sequences):
+        n = len(sequence.ids)
+        ids[row, :n] = torch.tensor(sequence.ids)
+        attention[row, :n] = 1
+        labels[row, :n] = torch.tensor(sequence.labels)
+    return ids.to(device), attention.to(device), labels.to(device)
+
+
+def labelled_loss_sum(model, ids, attention, labels):
+    """Sum of the next-token cross-entropy over labelled tokens, and how many there are.
+
+    Position t predicts token t+1, so the hidden state at t is scored against ids[t+1]
+    wherever labels[t+1] is set.
+    """
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+    targets = labels[:, 1:]  # [rows, width-1]
+    picked = hidden[:, :-1][targets]  # [n, hidden]
+    logits = base.get_output_embeddings()(picked).float()  # [n, vocab]
+    loss = F.cross_entropy(logits, ids[:, 1:][targets], reduction="sum")
+    return loss, int(targets.sum().item())

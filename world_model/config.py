@@ -1,0 +1,62 @@
+"""Settings of `obsspec train-wm` (training) and `obsspec train-wm --eval-only` (evaluation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from obsspec.config import StrictModel
+from obsspec.train.config import TrainSettings
+
+
+class SplitSettings(StrictModel):
+    data: list[Path] = Field(min_length=1, description="Collect run directories to learn from.")
+    eval_data: list[Path] = Field(
+        default_factory=list,
+        description="Run directories held out for evaluation (else a split of `data`).",
+    )
+    held_out: float = Field(
+        default=0.2, ge=0, lt=1, description="Fraction of tasks held out when no eval_data."
+    )
+    held_out_families: list[str] | None = Field(
+        default=None, description="Hold out these whole task families instead of a fraction."
+    )
+
+
+class EvalSettings(StrictModel):
+    max_tokens: int = Field(
+        default=256, ge=1, description="Longest predicted observation, in tokens."
+    )
+    concurrency: int = Field(default=4, ge=1, description="Predictions requested at once.")
+    max_model_len: int = Field(default=4096, ge=64, description="The engine's context length.")
+    kv_cache_gb: float = Field(default=1.0, gt=0, description="The engine's KV-cache size (GB).")
+    cascade_threshold: float = Field(
+        default=0.5, ge=0, le=1, description="Confidence at which a cheap predictor answers."
+    )
+    slow_command_s: float = Field(
+        default=1.0, ge=0, description="Commands at least this slow count for the speed ratio."
+    )
+
+
+class TrainWMConfig(SplitSettings):
+    base: str = Field(description="Model name or HF directory to start from.")
+    out: Path = Field(description="Directory for the trained world model.")
+    resume: bool = Field(default=False, description="Continue from OUT's last checkpoint.")
+    overwrite: bool = Field(default=False, description="Replace a model already in OUT.")
+    train: TrainSettings = Field(default_factory=TrainSettings, description="The trainer.")
+    eval: EvalSettings = Field(default_factory=EvalSettings, description="The evaluation.")
+    evaluate: bool = Field(
+        default=True, description="Evaluate exact match on held-out turns after training."
+    )
+
+    @model_validator(mode="after")
+    def _not_both(self) -> TrainWMConfig:
+        if self.resume and self.overwrite:
+            raise ValueError("resume and overwrite contradict each other")
+        return self
+
+
+class EvalWMConfig(SplitSettings):
+    model: str = Field(description="The world model to evaluate (name or HF directory).")
+    eval: EvalSettings = Field(default_factory=EvalSettings, description="The evaluation.")

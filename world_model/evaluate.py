@@ -1,0 +1,188 @@
+"""Exact match of the world model and of the predictor cascade on held-out turns.
+
+    report = await evaluate(examples, lm_predictor, settings, progress)
+
+The world model answers every held-out turn through the same engine path speculation uses
+(world_model.lm.LMPredictor: greedy, stopped at the observation's end, capped), `concurrency`
+requests at a time, so its latency is what a busy engine gives. The cascade (cache, then
+rules, then the world model) is then replayed over the turns in episode order, feeding each
+real observation back, as a collection run would: the cache answers a repeated context (a
+sibling episode of the same task), the rules answer certain commands.
+
+All rates are pooled over turns (sums of counts, never means of per-task ratios).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from obsspec.errors import ContextLengthError
+from obsspec.speculation.predictor import Prediction, SpeculationContext
+from world_model.cache import CachePredictor
+from world_model.cascade import CascadePredictor
+from world_model.config import EvalSettings
+from world_model.examples import Example
+from world_model.lm import LMPredictor
+from world_model.rules import RulePredictor
+
+LENGTH_BUCKETS = [(1, 8), (9, 32), (33, 128), (129, None)]  # observation tokens
+NO_ANSWER = "none"
+
+
+class Recorded:
+    """The world model's answers, computed once, replayed inside the cascade."""
+
+    def __init__(self, answers: dict[tuple[str, str], Prediction]) -> None:
+        self.answers = answers
+
+    async def predict(self, context: SpeculationContext, command: str, n: int = 1):
+        found = self.answers.get((context.key, command))
+        return [found] if found is not None else []
+
+    def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
+        pass
+
+
+async def predict_all(
+    examples: list[Example],
+    predictor: LMPredictor,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> list[Prediction | None]:
+    """The world model's answer to each example (None: cut off, or the context too long)."""
+    slots = asyncio.Semaphore(concurrency)
+    answers: list[Prediction | None] = [None] * len(examples)
+    done = 0
+
+    async def one(index: int, example: Example) -> None:
+        nonlocal done
+        async with slots:
+            try:
+                found = await predictor.predict(example.context, example.command)
+            except ContextLengthError:
+                found = []
+        answers[index] = found[0] if found else None
+        done += 1
+        progress(done, len(examples))
+
+    await asyncio.gather(*(one(i, e) for i, e in enumerate(examples)))
+    return answers
+
+
+async def replay_cascade(
+    examples: list[Example], answers: list[Prediction | None], threshold: float
+) -> list[Prediction | None]:
+    recorded = Recorded(
+        {(e.context.key, e.command): a for e, a in zip(examples, answers, strict=True) if a}
+    )
+    cascade = CascadePredictor([CachePredictor(), RulePredictor(), recorded], threshold)
+    chosen: list[Prediction | None] = []
+    for example in examples:
+        found = await cascade.predict(example.context, example.command)
+        chosen.append(found[0] if found else None)
+        cascade.observe(example.context, example.command, example.observation)
+    return chosen
+
+
+def rate(matched: int, total: int) -> float | None:
+    return matched / total if total else None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def length_bucket(tokens: int) -> str:
+    for low, high in LENGTH_BUCKETS:
+        if high is None or tokens <= high:
+            return f"{low}+" if high is None else f"{low}-{high}"
+    raise AssertionError("unreachable: the last bucket is open")
+
+
+@dataclass(frozen=True)
+class Scored:
+    example: Example
+    lm: Prediction | None  # the world model's own answer
+    chosen: Prediction | None  # the cascade's answer
+
+    @property
+    def lm_hit(self) -> bool:
+        return self.lm is not None and self.lm.text == self.example.observation
+
+    @property
+    def cascade_hit(self) -> bool:
+        return self.chosen is not None and self.chosen.text == self.example.observation
+
+
+def summarise(scored: list[Scored], settings: EvalSettings) -> dict:
+    families: dict[str, list[Scored]] = defaultdict(list)
+    lengths: dict[str, list[Scored]] = defaultdict(list)
+    sources: dict[str, list[Scored]] = defaultdict(list)
+    for turn in scored:
+        families[turn.example.family].append(turn)
+        lengths[length_bucket(len(turn.example.target_ids))].append(turn)
+        sources[turn.chosen.source if turn.chosen else NO_ANSWER].append(turn)
+    answered = [t for t in scored if t.lm is not None and t.lm.latency_s > 0]
+    latencies = [t.lm.latency_s for t in answered]
+    slow = [t for t in answered if t.example.exec_s >= settings.slow_command_s]
+    return {
+        "turns": len(scored),
+        "held_out_tasks": len({t.example.task_id for t in scored}),
+        **match_rates(scored),
+        "lm_answered_rate": rate(len(answered), len(scored)),
+        "by_source": {
+            name: {
+                "answered": len(group),
+                "matched": sum(t.cascade_hit for t in group),
+                "match_rate": rate(sum(t.cascade_hit for t in group), len(group)),
+            }
+            for name, group in sorted(sources.items())
+        },
+        "by_family": {name: match_rates(group) for name, group in sorted(families.items())},
+        "by_length": {name: match_rates(group) for name, group in sorted(lengths.items())},
+        "pred_ms_p50": ms(percentile(latencies, 50)),
+        "pred_ms_p90": ms(percentile(latencies, 90)),
+        "exec_to_pred_ratio_p50": percentile([speed_ratio(t) for t in slow], 50),
+        "slow_turns": len(slow),
+        "slow_command_s": settings.slow_command_s,
+        "exec_to_pred_ratio_p50_all": percentile([speed_ratio(t) for t in answered], 50),
+        "concurrency": settings.concurrency,
+        "max_tokens": settings.max_tokens,
+    }
+
+
+def match_rates(turns: list[Scored]) -> dict:
+    return {
+        "turns": len(turns),
+        "exact_match_rate": rate(sum(t.lm_hit for t in turns), len(turns)),
+        "cascade_match_rate": rate(sum(t.cascade_hit for t in turns), len(turns)),
+    }
+
+
+def speed_ratio(turn: Scored) -> float:
+    """How many times longer the real command took than the world model's prediction."""
+    return turn.example.exec_s / turn.lm.latency_s
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+async def evaluate(
+    examples: list[Example],
+    predictor: LMPredictor,
+    settings: EvalSettings,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> dict:
+    answers = await predict_all(examples, predictor, settings.concurrency, progress)
+    chosen = await replay_cascade(examples, answers, settings.cascade_threshold)
+    scored = [Scored(*turn) for turn in zip(examples, answers, chosen, strict=True)]
+    return summarise(scored, settings)

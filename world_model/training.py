@@ -1,0 +1,144 @@
+"""`obsspec train-wm`: collect runs -> examples -> packed sequences -> trainer -> evaluation.
+
+    record = train_world_model(config, models_dir, on_step, note)
+    report = evaluate_world_model(config, models_dir, on_prediction, note)
+
+Training writes OUT (an HF model directory vLLM serves as is) and OUT/obsspec-train.json,
+which records the trained tasks' content hashes so that a later `--eval-only` never scores
+the model on a task it has seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from obsspec.errors import ConfigError
+from obsspec.models.registry import resolve_model
+from obsspec.train.checkpoint import prepare_out, read_record, write_record
+from obsspec.train.loop import StepProgress, train
+from obsspec.train.sequences import Sample, pack
+from world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
+from world_model.data import WorldModelData, load_data, load_eval_data
+from world_model.examples import Example
+from world_model.prompt import WorldModelPrompt
+
+Note = Callable[[str], None]
+
+
+def samples_of(examples: list[Example]) -> list[Sample]:
+    """In dataset order, so the turns of an episode chain into one sequence."""
+    return [Sample(e.prompt_ids, e.target_ids) for e in examples]
+
+
+def check_split(data: WorldModelData, config: TrainWMConfig) -> None:
+    if data.held_out or not config.evaluate:
+        return
+    tasks = len(data.report.train_tasks)
+    raise ConfigError(
+        f"no held-out tasks: all {tasks} task(s) of --data fell on the training side "
+        f"(--held-out {config.held_out}); add tasks, raise --held-out, pass --eval-data, "
+        "or --no-eval to train without evaluation"
+    )
+
+
+def train_world_model(
+    config: TrainWMConfig,
+    models_dir: Path,
+    on_step: Callable[[StepProgress], None],
+    note: Note,
+    on_prediction: Callable[[int, int], None] = lambda done, total: None,
+) -> dict:
+    from transformers import AutoTokenizer
+
+    base = resolve_model(config.base, models_dir)
+    families = set(config.held_out_families) if config.held_out_families else None
+    data = load_data(
+        config.data,
+        AutoTokenizer.from_pretrained(base),
+        eval_dirs=config.eval_data,
+        held_out_fraction=config.held_out,
+        held_out_families=families,
+    )
+    check_split(data, config)
+    if not data.train:
+        raise ConfigError("--data: every task fell on the held-out side; nothing to train on")
+    packed = pack(samples_of(data.train), config.train.max_len)
+    held_out = pack(samples_of(data.held_out), config.train.max_len)
+    note(
+        f"{data.report.examples} turns from {data.report.episodes} episodes: "
+        f"{len(data.train)} to train on ({len(packed.sequences)} sequences, "
+        f"{sum(len(s.ids) for s in packed.sequences)} tokens), {len(data.held_out)} held out"
+        + (f"; {packed.too_long} longer than --max-len skipped" if packed.too_long else "")
+    )
+    prepare_out(config.out, resume=config.resume, overwrite=config.overwrite)
+    outcome = train(
+        base,
+        packed.sequences,
+        config.train,
+        config.out,
+        held_out=held_out.sequences,
+        resume=config.resume,
+        progress=on_step,
+    )
+    record = {
+        "kind": "world_model",
+        "base": str(base),
+        "config": config.model_dump(mode="json"),
+        "data": data.report.as_dict() | {"too_long": packed.too_long},
+        "trained_task_hashes": sorted({e.context.task_hash for e in data.train}),
+        "training": vars(outcome),
+    }
+    write_record(config.out, record)
+    if config.evaluate:
+        note(f"evaluating {len(data.held_out)} held-out turns through vLLM")
+        record["evaluation"] = asyncio.run(
+            run_evaluation(config.out, data.held_out, data.prompt, config.eval, on_prediction)
+        )
+        write_record(config.out, record)
+    return record
+
+
+def evaluate_world_model(
+    config: EvalWMConfig,
+    models_dir: Path,
+    on_prediction: Callable[[int, int], None],
+    note: Note,
+) -> dict:
+    from transformers import AutoTokenizer
+
+    model = resolve_model(config.model, models_dir)
+    record = read_record(model) or {}
+    trained = set(record.get("trained_task_hashes", []))
+    prompt, examples, report, excluded = load_eval_data(
+        config.data, AutoTokenizer.from_pretrained(model), trained_hashes=trained
+    )
+    note(
+        f"evaluating {len(examples)} turns of {len(report.held_out_tasks)} unseen task(s)"
+        + (f" ({excluded} task(s) the model was trained on left out)" if excluded else "")
+    )
+    result = asyncio.run(run_evaluation(model, examples, prompt, config.eval, on_prediction))
+    return {"model": str(model), "excluded_trained_tasks": excluded, **result}
+
+
+async def run_evaluation(
+    model: Path,
+    examples: list[Example],
+    prompt: WorldModelPrompt,
+    settings: EvalSettings,
+    on_prediction: Callable[[int, int], None],
+) -> dict:
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+    from world_model.evaluate import evaluate
+    from world_model.lm import LMPredictor
+
+    engine_settings = EngineSettings(
+        model=model,
+        max_model_len=settings.max_model_len,
+        kv_cache_gb=settings.kv_cache_gb,
+        max_num_seqs=max(64, 2 * settings.concurrency),
+    )
+    async with LocalVLLMEngine(engine_settings) as engine:
+        predictor = LMPredictor(engine, prompt, max_tokens=settings.max_tokens)
+        return await evaluate(examples, predictor, settings, on_prediction)
