@@ -70,7 +70,9 @@ def save_final(model, base: Path, out: Path, dtype: str) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    if hasattr(model, "merge_and_unload"):
+    from obsspec.train.model import is_peft
+
+    if is_peft(model):
         model = model.merge_and_unload()
     model = model.to(dtype=getattr(torch, dtype))
     tmp = out / ".model.tmp"

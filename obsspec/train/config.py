@@ -44,7 +44,12 @@ class TrainSettings(StrictModel):
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk.")
     seed: int = Field(default=0, description="Seeds the batch order and initialisation.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        default="auto", description="Training precision: auto = bfloat16 on GPU, float32 on CPU."
+        default="auto",
+        description="Compute precision (weights stay float32): auto = bfloat16 on GPUs and "
+        "on CPUs with native bfloat16, else float32.",
+    )
+    eval_loss_tokens: int = Field(
+        default=32768, ge=0, description="Held-out tokens scored for the loss before and after."
     )
     device: str = Field(default="auto", description="auto, cpu, cuda or cuda:N.")
     lora: LoraSettings | None = Field(

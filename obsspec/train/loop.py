@@ -26,11 +26,25 @@ from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import Checkpoints, load_trainer_state, save_final
 from obsspec.train.config import TrainSettings
 from obsspec.train.memory import check_memory, is_out_of_memory, out_of_memory_error
-from obsspec.train.model import Placement, batch_tensors, labelled_loss_sum, load_model, placement
+from obsspec.train.model import (
+    Placement,
+    batch_tensors,
+    is_peft,
+    labelled_loss_sum,
+    load_model,
+    placement,
+)
 from obsspec.train.sequences import Sequence
 
 # Settings that may change between a run and its resumption without changing what is learned.
-RESUMABLE_CHANGES = {"checkpoint_every", "keep_checkpoints", "max_steps", "epochs", "device"}
+RESUMABLE_CHANGES = {
+    "checkpoint_every",
+    "keep_checkpoints",
+    "max_steps",
+    "epochs",
+    "device",
+    "eval_loss_tokens",
+}
 
 
 class TrainingError(ObsspecError):
@@ -113,6 +127,17 @@ def mean_loss(model, sequences: list[Sequence], settings: TrainSettings, where, 
     return total / max(count, 1)
 
 
+def within_budget(sequences: list[Sequence], tokens: int) -> list[Sequence]:
+    """The first sequences that fit `tokens` (a fixed subset: before and after compare)."""
+    chosen, used = [], 0
+    for sequence in sequences:
+        if used + len(sequence.ids) > tokens:
+            break
+        chosen.append(sequence)
+        used += len(sequence.ids)
+    return chosen
+
+
 class EpochPlans:
     """The batch plan of each epoch, computed once (it depends only on seed and epoch)."""
 
@@ -182,9 +207,10 @@ def train(
         random.setstate(state["python_rng"])
         first_step = state["step"]
 
+    held_out = within_budget(list(held_out), settings.eval_loss_tokens)
     eval_before = None
     if held_out and first_step == 0:
-        eval_before = mean_loss(model, list(held_out), settings, where, pad_id)
+        eval_before = mean_loss(model, held_out, settings, where, pad_id)
     model.train()
     started, tokens = time.monotonic(), 0
     first_loss = last_loss = None
@@ -219,7 +245,7 @@ def train(
             }
             checkpoints.save(step + 1, model, trainer_state)
 
-    eval_after = mean_loss(model, list(held_out), settings, where, pad_id) if held_out else None
+    eval_after = mean_loss(model, held_out, settings, where, pad_id) if held_out else None
     save_final(model, base, out, where.dtype)
     return TrainOutcome(
         total_steps,
@@ -302,7 +328,7 @@ def load_weights(model, checkpoint: Path) -> None:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ConfigError(f"--resume: {folder} holds no weights")
-    if hasattr(model, "load_adapter"):
+    if is_peft(model):
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(model, load_file(files[0]))
