@@ -83,6 +83,7 @@ def steps_for(task_id: str) -> list[tuple[str, str]]:
 
 
 def write_run(path: Path, rows: list[dict]) -> Path:
+    (path / "data").mkdir(parents=True)
     writer = ShardWriter(path / "data", "shard-test-w00", shard_episodes=len(rows) or 1)
     for row in rows:
         writer.add(row)

@@ -1,0 +1,112 @@
+"""`train-wm` data checks and the whole command: train a tiny world model, serve it in vLLM,
+score it on held-out tasks; bad input fails with a clear message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from obsspec.errors import ConfigError
+from tests.cli.test_cli import obsspec
+from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
+from world_model.config import TrainWMConfig
+from world_model.data import load_data, load_eval_data
+from world_model.training import train_world_model
+
+TRAIN_TASKS = ["a-000", "b-000", "c-000", "d-000"]  # all on the training side of a 0.2 split
+EVAL_KEYS = {
+    "exact_match_rate",
+    "cascade_match_rate",
+    "by_source",
+    "by_family",
+    "by_length",
+    "pred_ms_p50",
+    "pred_ms_p90",
+    "exec_to_pred_ratio_p50",
+}
+
+
+def test_every_turn_becomes_an_example_with_its_exact_prompt(builder, tmp_path):
+    run = make_run(tmp_path / "run", builder, ["a-000", "a-001"])
+    data = load_data([run], builder.tokenizer)
+    assert len(data.train) == len(data.held_out) == 3  # a-001 is held out
+    example = data.train[1]
+    assert builder.tokenizer.decode(example.target_ids) == "a_000\n[exit code: 0]<|im_end|>"
+    assert example.prompt_ids[-len(data.prompt.opening_ids) :] == data.prompt.opening_ids
+
+
+def test_runs_from_another_tokenizer_are_refused(builder, tmp_path):
+    row = episode_row(builder, "a-000", steps_for("a-000"))
+    for turn in row["turns"]:
+        turn["observation_ids"] = [i + 1 for i in turn["observation_ids"]]  # other ids
+    run = write_run(tmp_path / "other", [row])
+    with pytest.raises(ConfigError, match="another tokenizer or chat template"):
+        load_data([run], builder.tokenizer)
+
+
+def test_missing_or_empty_runs_are_refused(builder, tmp_path):
+    with pytest.raises(ConfigError, match=r"--data .*: no such run directory"):
+        load_data([tmp_path / "nowhere"], builder.tokenizer)
+    (tmp_path / "empty" / "data").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="no episodes"):
+        load_data([tmp_path / "empty"], builder.tokenizer)
+
+
+def test_no_held_out_task_is_a_clear_error(builder, tiny_model_dir, tmp_path):
+    run = make_run(tmp_path / "run", builder, TRAIN_TASKS)
+    config = TrainWMConfig(data=[run], base=str(tiny_model_dir), out=tmp_path / "wm")
+    with pytest.raises(ConfigError, match="no held-out tasks: all 4 task"):
+        train_world_model(config, tmp_path, lambda _: None, lambda _: None)
+    assert not (tmp_path / "wm").exists()  # refused before anything was written
+
+
+def test_evaluation_leaves_out_the_tasks_the_model_learned(builder, tmp_path):
+    run = make_run(tmp_path / "run", builder, ["a-000", "b-000"])
+    _, examples, _, excluded = load_eval_data(
+        [run], builder.tokenizer, trained_hashes={task_hash("a-000")}
+    )
+    assert excluded == 1 and {e.task_id for e in examples} == {"b-000"}
+    with pytest.raises(ConfigError, match="every one of its 2 task"):
+        load_eval_data(
+            [run], builder.tokenizer, trained_hashes={task_hash("a-000"), task_hash("b-000")}
+        )
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir, tmp_path):
+    train_run = make_run(tmp_path / "train", builder, TRAIN_TASKS, episodes=2)
+    eval_run = make_run(tmp_path / "eval", builder, ["e-000", "f-000"], episodes=2)
+    out = tmp_path / "wm"
+    trained = obsspec(
+        "train-wm", "--data", str(train_run), "--eval-data", str(eval_run),
+        "--base", str(tiny_model_dir), "--out", str(out), "--epochs", "2", "--lr", "1e-3",
+        "--json", timeout=900,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    summary = json.loads(trained.stdout)
+    assert summary["steps"] >= 2 and summary["eval_loss_after"] < summary["eval_loss_before"]
+    evaluation = summary["evaluation"]
+    assert set(evaluation) >= EVAL_KEYS and evaluation["turns"] == 12
+    # mkdir -p and echo are certain: the rules answer them, exactly, whatever the model says
+    assert evaluation["by_source"]["rules/mkdir"]["match_rate"] == 1.0
+    assert evaluation["cascade_match_rate"] >= 8 / 12
+    record = json.loads((out / "obsspec-train.json").read_text())
+    assert sorted(record["trained_task_hashes"]) == sorted(task_hash(t) for t in TRAIN_TASKS)
+
+    again = obsspec(
+        "train-wm", "--eval-only", "--model", str(out), "--data", str(eval_run), "--json"
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert set(json.loads(again.stdout)) >= EVAL_KEYS
+
+    seen = obsspec("train-wm", "--eval-only", "--model", str(out), "--data", str(train_run))
+    assert seen.returncode == 1 and "was in the model's training data" in seen.stderr
+
+    fresh = str(tmp_path / "fresh")
+    resumed = obsspec(
+        "train-wm", "--data", str(train_run), "--eval-data", str(eval_run),
+        "--base", str(tiny_model_dir), "--out", fresh, "--resume",
+    )  # fmt: skip
+    assert resumed.returncode == 1 and "--resume: no checkpoint" in resumed.stderr
