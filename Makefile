@@ -39,6 +39,15 @@ demo: setup
 	$(BIN)/obsspec env generate --out $(DEMO)/tasks --n 8 --seed 0 >/dev/null
 	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/oracle --policy oracle -c 4
 	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/smollm2 -c 8 --max-turns 4 --max-tokens 128
+	@# The world model: trained on the oracle's episodes, scored on tasks of another seed.
+	$(BIN)/obsspec env generate --out $(DEMO)/eval-tasks --n 4 --seed 1 >/dev/null
+	$(BIN)/obsspec collect --tasks $(DEMO)/eval-tasks --out $(DEMO)/eval-oracle --policy oracle -k 2 -c 4
+	if [ -f $(DEMO)/wm/obsspec-train.json ]; then \
+		$(BIN)/obsspec train-wm --eval-only --model $(DEMO)/wm --data $(DEMO)/eval-oracle; \
+	else \
+		$(BIN)/obsspec train-wm --data $(DEMO)/oracle --eval-data $(DEMO)/eval-oracle \
+			--out $(DEMO)/wm --epochs 3 --lr 2e-4 --batch-tokens 4096 --overwrite; \
+	fi
 
 test: setup
 	$(BIN)/pytest --require-capabilities $(PYTEST_ARGS)

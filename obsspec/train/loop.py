@@ -196,16 +196,8 @@ def train(
     if settings.max_steps is not None:
         total_steps = min(total_steps, settings.max_steps)
 
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps))
-    first_step = 0
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        first_step = state["step"]
+    optimizer, schedule = make_optimizer(model, settings, total_steps)
+    first_step = restore_optimizer(state, optimizer, schedule) if state is not None else 0
 
     held_out = within_budget(list(held_out), settings.eval_loss_tokens)
     eval_before = None
@@ -235,15 +227,7 @@ def train(
             )
         )
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == total_steps:
-            trainer_state = {
-                "step": step + 1,
-                "identity": identity,
-                "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-            }
-            checkpoints.save(step + 1, model, trainer_state)
+            checkpoints.save(step + 1, model, snapshot(step + 1, identity, optimizer, schedule))
 
     eval_after = mean_loss(model, held_out, settings, where, pad_id) if held_out else None
     save_final(model, base, out, where.dtype)
@@ -259,6 +243,40 @@ def train(
         where.device,
         where.dtype,
     )
+
+
+def make_optimizer(model, settings: TrainSettings, total_steps: int):
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps))
+    return optimizer, schedule
+
+
+def snapshot(step: int, identity: dict, optimizer, schedule) -> dict[str, Any]:
+    """Everything besides the weights that a resumed run needs to continue exactly."""
+    import torch
+
+    return {
+        "step": step,
+        "identity": identity,
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+    }
+
+
+def restore_optimizer(state: dict[str, Any], optimizer, schedule) -> int:
+    """Put a snapshot back; returns the step to continue from."""
+    import torch
+
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    return state["step"]
 
 
 def train_step(model, optimizer, batches, settings, where, pad_id) -> tuple[float, int]:
