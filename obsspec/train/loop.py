@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from obsspec.errors import ConfigError, ObsspecError
+from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import Checkpoints, load_trainer_state, save_final
 from obsspec.train.config import TrainSettings
+from obsspec.train.distributed import Ranks
 from obsspec.train.memory import check_memory, is_out_of_memory, out_of_memory_error
 from obsspec.train.model import (
+    LabelledLoss,
     Placement,
     batch_tensors,
     is_peft,
@@ -141,11 +144,12 @@ def within_budget(sequences: list[Sequence], tokens: int) -> list[Sequence]:
 class EpochPlans:
     """The batch plan of each epoch, computed once (it depends only on seed and epoch)."""
 
-    def __init__(self, sequences: list[Sequence], settings: TrainSettings) -> None:
+    def __init__(self, sequences: list[Sequence], settings: TrainSettings, world: int) -> None:
         self.lengths = [len(s.ids) for s in sequences]
         self.settings = settings
+        self.per_step = settings.grad_accum * world  # batches of one optimizer step, all ranks
         self._cache: dict[int, list[list[int]]] = {}
-        self.steps_per_epoch = math.ceil(len(self.batches(0)) / settings.grad_accum)
+        self.steps_per_epoch = math.ceil(len(self.batches(0)) / self.per_step)
 
     def batches(self, epoch: int) -> list[list[int]]:
         if epoch not in self._cache:
@@ -157,10 +161,9 @@ class EpochPlans:
         return self._cache[epoch]
 
     def step(self, step: int) -> tuple[int, list[list[int]]]:
-        """The epoch and the batches of optimizer step `step` (0-based)."""
+        """The epoch and the batches of optimizer step `step` (0-based), of every rank."""
         epoch, k = divmod(step, self.steps_per_epoch)
-        accum = self.settings.grad_accum
-        return epoch, self.batches(epoch)[k * accum : (k + 1) * accum]
+        return epoch, self.batches(epoch)[k * self.per_step : (k + 1) * self.per_step]
 
 
 def train(
@@ -179,6 +182,7 @@ def train(
     if not sequences:
         raise ConfigError("nothing to train on: no sequence has a labelled token")
     where = placement(settings)
+    ranks = distributed.current()
     checkpoints = Checkpoints(out / "checkpoints", settings.keep_checkpoints)
     checkpoints.remove_partial()
     identity = run_identity(settings, sequences, base)
@@ -190,18 +194,24 @@ def train(
     if state is not None:
         load_weights(model, state["checkpoint"])
     pad_id = AutoTokenizer.from_pretrained(base).pad_token_id or 0
-    plans = EpochPlans(sequences, settings)
+    plans = EpochPlans(sequences, settings, ranks.world)
     check_memory(model, settings, where, max(plans.lengths))
     total_steps = plans.steps_per_epoch * settings.epochs
     if settings.max_steps is not None:
         total_steps = min(total_steps, settings.max_steps)
 
     optimizer, schedule = make_optimizer(model, settings, total_steps)
+    loss_module = LabelledLoss(model)
+    if ranks.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        devices = [where.device] if where.device.startswith("cuda") else None
+        loss_module = DistributedDataParallel(loss_module, device_ids=devices)
     first_step = restore_optimizer(state, optimizer, schedule) if state is not None else 0
 
     held_out = within_budget(list(held_out), settings.eval_loss_tokens)
     eval_before = None
-    if held_out and first_step == 0:
+    if held_out and first_step == 0 and ranks.main:
         eval_before = mean_loss(model, held_out, settings, where, pad_id)
     model.train()
     started, tokens = time.monotonic(), 0
@@ -209,7 +219,9 @@ def train(
     for step in range(first_step, total_steps):
         epoch, batches = plans.step(step)
         step_sequences = [[sequences[i] for i in batch] for batch in batches]
-        loss, step_tokens = train_step(model, optimizer, step_sequences, settings, where, pad_id)
+        loss, step_tokens = train_step(
+            loss_module, optimizer, step_sequences, ranks, settings, where, pad_id
+        )
         schedule.step()
         tokens += step_tokens
         first_loss = loss if first_loss is None else first_loss
@@ -227,10 +239,15 @@ def train(
             )
         )
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == total_steps:
-            checkpoints.save(step + 1, model, snapshot(step + 1, identity, optimizer, schedule))
+            if ranks.main:
+                checkpoints.save(step + 1, model, snapshot(step + 1, identity, optimizer, schedule))
+            distributed.barrier()
 
-    eval_after = mean_loss(model, held_out, settings, where, pad_id) if held_out else None
-    save_final(model, base, out, where.dtype)
+    eval_after = None
+    if ranks.main:
+        eval_after = mean_loss(model, held_out, settings, where, pad_id) if held_out else None
+        save_final(model, base, out, where.dtype)
+    distributed.barrier()
     return TrainOutcome(
         total_steps,
         first_step,
@@ -279,34 +296,41 @@ def restore_optimizer(state: dict[str, Any], optimizer, schedule) -> int:
     return state["step"]
 
 
-def train_step(model, optimizer, batches, settings, where, pad_id) -> tuple[float, int]:
-    """One optimizer step over `batches`; returns the step's mean loss and tokens seen."""
+def train_step(
+    loss_module, optimizer, batches, ranks: Ranks, settings, where, pad_id
+) -> tuple[float, int]:
+    """One optimizer step over `batches` (those of every rank; this rank takes every
+    world-th); returns the step's mean loss and the tokens seen, over all ranks."""
     import torch
 
     n_labels = sum(sum(s.target_tokens for s in batch) for batch in batches)
+    mine = [(batch, 1.0) for batch in batches[ranks.rank :: ranks.world]]
+    # DDP synchronises on every backward: every rank must run as many, so a rank short of
+    # batches repeats one with no weight.
+    rounds = math.ceil(len(batches) / ranks.world)
+    mine += [(batches[0], 0.0)] * (rounds - len(mine))
     optimizer.zero_grad(set_to_none=True)
-    loss_sum = 0.0
-    tokens = 0
-    for batch in batches:
+    loss_sum = tokens = 0.0
+    for batch, weight in mine:
         try:
             with autocast(where):
-                tensors = batch_tensors(batch, pad_id, where.device)
-                loss, _ = labelled_loss_sum(model, *tensors)
-            (loss / n_labels).backward()
+                loss = loss_module(*batch_tensors(batch, pad_id, where.device))
+            # DDP averages gradients over ranks; x world makes it their sum
+            (loss * (weight * ranks.world / n_labels)).backward()
         except (RuntimeError, MemoryError) as e:
             if is_out_of_memory(e):
                 raise out_of_memory_error(batch, settings) from e
             raise
-        loss_sum += loss.item()
-        tokens += sum(len(s.ids) for s in batch)
-    torch.nn.utils.clip_grad_norm_(
-        [p for p in model.parameters() if p.requires_grad], settings.max_grad_norm
-    )
+        loss_sum += weight * loss.item()
+        tokens += weight * sum(len(s.ids) for s in batch)
+    trainable = [p for p in loss_module.parameters() if p.requires_grad]
+    torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
     optimizer.step()
+    loss_sum, tokens = distributed.all_sum([loss_sum, tokens])
     mean = loss_sum / max(n_labels, 1)
     if not math.isfinite(mean):
         raise TrainingError(f"the loss became {mean}; try a lower --lr")
-    return mean, tokens
+    return mean, int(tokens)
 
 
 def restore_point(checkpoints: Checkpoints, identity: dict) -> dict[str, Any]:

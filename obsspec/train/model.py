@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from obsspec.errors import ConfigError
 from obsspec.train.config import LoraSettings, TrainSettings
 from obsspec.train.sequences import Sequence
@@ -33,11 +35,10 @@ def cpu_has_bf16() -> bool:
 
 
 def placement(settings: TrainSettings) -> Placement:
-    import torch
 
     device = settings.device
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {device}: no CUDA device is available here")
     dtype = settings.dtype
@@ -53,7 +54,6 @@ def is_peft(model) -> bool:
 
 def load_model(path: Path, where: Placement, lora: LoraSettings | None):
     """Float32 master weights on the device; LoRA adapters wrapped in when asked for."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     from obsspec.models.convert import quiet_transformers
@@ -80,7 +80,6 @@ def load_model(path: Path, where: Placement, lora: LoraSettings | None):
 
 def batch_tensors(sequences: list[Sequence], pad_id: int, device: str):
     """input_ids, attention_mask and the label mask, right-padded: each [rows, longest]."""
-    import torch
 
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -92,6 +91,18 @@ def batch_tensors(sequences: list[Sequence], pad_id: int, device: str):
         attention[row, :n] = 1
         labels[row, :n] = torch.tensor(sequence.labels)
     return ids.to(device), attention.to(device), labels.to(device)
+
+
+class LabelledLoss(torch.nn.Module):
+    """The model with `labelled_loss_sum` as its forward: what DDP wraps, so that gradient
+    synchronisation hooks run (they only fire through a wrapped module's forward)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, attention, labels):
+        return labelled_loss_sum(self.model, ids, attention, labels)[0]
 
 
 def labelled_loss_sum(model, ids, attention, labels):
