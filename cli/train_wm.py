@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -151,6 +152,7 @@ def train_wm(
     \\[train_wm] table of --config.
     """
     from obsspec.config import load_pipeline_config
+    from obsspec.train import distributed
     from world_model.config import EvalWMConfig, TrainWMConfig
     from world_model.training import evaluate_world_model, train_world_model
 
@@ -201,11 +203,20 @@ def train_wm(
         required={"data": "--data", "out": "--out"},
         defaults={"base": settings.default_model},
     )
-    on_step = step_printer(json_output)
-    with prediction_progress(json_output) as on_prediction:
-        record = train_world_model(
-            train_config, settings.paths.models_dir, on_step, note, on_prediction
-        )
+    # Launched by torchrun: join its process group (one process: nothing to do).
+    ranks = distributed.init_from_env(os.environ)
+    if not ranks.main:
+        note, json_output = (lambda _: None), True  # rank 0 speaks for all
+    on_step = step_printer() if ranks.main else (lambda _: None)
+    try:
+        with prediction_progress(json_output) as on_prediction:
+            record = train_world_model(
+                train_config, settings.paths.models_dir, on_step, note, on_prediction
+            )
+    finally:
+        distributed.shutdown()
+    if not ranks.main:
+        return
     summary = {
         "out": str(train_config.out),
         **record["training"],
@@ -224,7 +235,7 @@ def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v not in (None, {})}
 
 
-def step_printer(json_output: bool):
+def step_printer():
     """A line per step on stderr (a line every ~10 s when not a terminal)."""
     last = [0.0]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
+from obsspec.train import distributed
 from obsspec.train.checkpoint import prepare_out, read_record, write_record
 from obsspec.train.loop import StepProgress, train
 from obsspec.train.sequences import Sample, pack
@@ -72,7 +73,10 @@ def train_world_model(
         f"{sum(len(s.ids) for s in packed.sequences)} tokens), {len(data.held_out)} held out"
         + (f"; {packed.too_long} longer than --max-len skipped" if packed.too_long else "")
     )
-    prepare_out(config.out, resume=config.resume, overwrite=config.overwrite)
+    ranks = distributed.current()
+    if ranks.main:
+        prepare_out(config.out, resume=config.resume, overwrite=config.overwrite)
+    distributed.barrier()
     outcome = train(
         base,
         packed.sequences,
@@ -90,6 +94,8 @@ def train_world_model(
         "trained_task_hashes": sorted({e.context.task_hash for e in data.train}),
         "training": vars(outcome),
     }
+    if not ranks.main:
+        return record  # rank 0 records and evaluates
     write_record(config.out, record)
     if config.evaluate:
         note(f"evaluating {len(data.held_out)} held-out turns through vLLM")

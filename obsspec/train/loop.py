@@ -6,7 +6,9 @@ Reads top to bottom: place the model, restore a checkpoint if resuming, then for
 optimizer step take the next `grad_accum` batches of the epoch's plan (batches.py), sum the
 loss over labelled tokens (model.py) and divide by the step's labelled-token count (a token
 mean over the whole step, whatever the batch split), clip, step, report, and checkpoint.
-Master weights stay float32; on GPU the forward pass runs under bfloat16 autocast.
+Master weights stay float32; the forward pass runs under bfloat16 autocast where the device
+computes bfloat16 natively (model.placement). Under torchrun every rank runs this same loop
+on its share of each step's batches (distributed.py); rank 0 saves.
 """
 
 from __future__ import annotations
