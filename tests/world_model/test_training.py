@@ -110,3 +110,23 @@ def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir,
         "--base", str(tiny_model_dir), "--out", fresh, "--resume",
     )  # fmt: skip
     assert resumed.returncode == 1 and "--resume: no checkpoint" in resumed.stderr
+
+
+def test_the_train_wm_table_and_flags_make_one_config(tmp_path):
+    from obsspec.config import load_pipeline_config
+
+    file = tmp_path / "c.toml"
+    file.write_text(
+        '[train_wm]\ndata = ["r1"]\nout = "wm"\n[train_wm.train]\nlr = 5e-5\nepochs = 3\n'
+    )
+    config = load_pipeline_config(
+        TrainWMConfig, "train_wm", file, {"train": {"epochs": 1}}, defaults={"base": "m"}
+    )
+    assert (config.train.lr, config.train.epochs, config.base) == (5e-5, 1, "m")
+    file.write_text('[train_wm]\ndata = ["r1"]\nout = "wm"\n[train_wm.train]\nbatch_tokens = 8\n')
+    with pytest.raises(ConfigError, match=r"train\.batch_tokens"):
+        load_pipeline_config(TrainWMConfig, "train_wm", file, {}, defaults={"base": "m"})
+    with pytest.raises(ConfigError, match="--out is required"):
+        load_pipeline_config(
+            TrainWMConfig, "train_wm", None, {"data": ["r"]}, required={"out": "--out"}
+        )
