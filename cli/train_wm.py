@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
     emit_json,
-    err,
     global_config,
     out,
     progress_printer,
 )
+from cli.train_wm_view import TrainView, render_evaluation, training_table
 
 TRAINING = "Training"
 SPLIT = "Held-out split"
@@ -172,9 +169,9 @@ def train_wm(
             drop_unset(flags),
             required={"data": "--data", "model": "--model"},
         )
-        with prediction_progress(json_output) as on_prediction:
+        with TrainView(live=not json_output) as view:
             report = evaluate_world_model(
-                eval_config, settings.paths.models_dir, on_prediction, note
+                eval_config, settings.paths.models_dir, view.on_prediction, note
             )
         render_evaluation(report, json_output)
         return
@@ -206,12 +203,11 @@ def train_wm(
     # Launched by torchrun: join its process group (one process: nothing to do).
     ranks = distributed.init_from_env(os.environ)
     if not ranks.main:
-        note, json_output = (lambda _: None), True  # rank 0 speaks for all
-    on_step = step_printer() if ranks.main else (lambda _: None)
+        note = progress_printer(quiet=True)  # rank 0 speaks for all
     try:
-        with prediction_progress(json_output) as on_prediction:
+        with TrainView(live=not json_output, quiet=not ranks.main) as view:
             record = train_world_model(
-                train_config, settings.paths.models_dir, on_step, note, on_prediction
+                train_config, settings.paths.models_dir, view.on_step, note, view.on_prediction
             )
     finally:
         distributed.shutdown()
@@ -233,111 +229,3 @@ def train_wm(
 
 def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v not in (None, {})}
-
-
-def step_printer():
-    """A line per step on stderr (a line every ~10 s when not a terminal)."""
-    last = [0.0]
-
-    def show(p) -> None:
-        now = time.monotonic()
-        if err.is_terminal or now - last[0] >= 10 or p.step == p.total_steps:
-            last[0] = now
-            eta = p.elapsed_s / p.step * (p.total_steps - p.step) if p.step else 0
-            err.print(
-                f"step {p.step}/{p.total_steps}  epoch {p.epoch + 1}  loss {p.loss:.4f}  "
-                f"lr {p.lr:.2e}  {p.tokens_per_s:.0f} tok/s  eta {eta:.0f}s",
-                highlight=False,
-            )
-
-    return show
-
-
-class prediction_progress:
-    """A rich progress bar for predictions on a terminal; nothing otherwise."""
-
-    def __init__(self, json_output: bool) -> None:
-        self.progress = None
-        if err.is_terminal and not json_output:
-            self.progress = Progress(
-                TextColumn("predicting"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=err,
-                transient=True,
-            )
-
-    def __enter__(self):
-        if self.progress is None:
-            return lambda done, total: None
-        self.progress.start()
-        task = self.progress.add_task("predict", total=None)
-        return lambda done, total: self.progress.update(task, completed=done, total=total)
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-def fmt(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def training_table(summary: dict) -> Table:
-    table = Table(title="world model training", show_header=False)
-    rows = [
-        ("out", summary["out"]),
-        ("steps", summary["steps"]),
-        ("device / dtype", f"{summary['device']} / {summary['dtype']}"),
-        ("loss first -> last step", f"{fmt(summary['first_loss'])} -> {fmt(summary['last_loss'])}"),
-        (
-            "held-out loss before -> after",
-            f"{fmt(summary['eval_loss_before'])} -> {fmt(summary['eval_loss_after'])}",
-        ),
-        ("tokens", summary["tokens"]),
-        ("seconds", f"{summary['seconds']:.0f}"),
-        ("examples (train + held out)", summary["data"]["examples"]),
-        ("skipped turns", summary["data"]["skipped"] or "none"),
-    ]
-    for name, value in rows:
-        table.add_row(name, str(value))
-    return table
-
-
-def render_evaluation(report: dict, json_output: bool) -> None:
-    if json_output:
-        emit_json(report)
-        return
-    head = Table(title="held-out exact match", show_header=False)
-    for key in (
-        "turns",
-        "held_out_tasks",
-        "exact_match_rate",
-        "cascade_match_rate",
-        "pred_ms_p50",
-        "pred_ms_p90",
-        "exec_to_pred_ratio_p50",
-        "slow_turns",
-    ):
-        head.add_row(key, fmt(report.get(key)))
-    out.print(head)
-    families = Table("family", "turns", "world model", "cascade", title="by command family")
-    for name, group in report["by_family"].items():
-        families.add_row(
-            name,
-            str(group["turns"]),
-            fmt(group["exact_match_rate"]),
-            fmt(group["cascade_match_rate"]),
-        )
-    out.print(families)
-    sources = Table(
-        "source", "answered", "matched", "match rate", title="cascade answers by source"
-    )
-    for name, group in report["by_source"].items():
-        sources.add_row(
-            name, str(group["answered"]), str(group["matched"]), fmt(group["match_rate"])
-        )
-    out.print(sources)
