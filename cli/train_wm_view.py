@@ -125,7 +125,8 @@ def render_evaluation(report: dict, json_output: bool) -> None:
         return
     head = Table(title="held-out exact match", show_header=False)
     for key in HEADLINE:
-        head.add_row(key, fmt(report.get(key)))
+        value = report.get(key)
+        head.add_row(key, f"{value:.0f}" if "_ms_" in key and value is not None else fmt(value))
     out.print(head)
     families = Table("family", "turns", "world model", "cascade", title="by command family")
     for name, g in report["by_family"].items():
