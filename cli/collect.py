@@ -12,7 +12,16 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cli.collect_view import CollectView, plain_line, summary_table
-from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err, global_config, out
+from cli.common import (
+    CacheDirOption,
+    ConfigOption,
+    JsonOption,
+    drop_unset,
+    emit_json,
+    err,
+    global_config,
+    out,
+)
 from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import ObsspecError
 
@@ -145,10 +154,10 @@ def collect(
         "overwrite": overwrite or None,
         "workers": workers,
         "ray_address": ray_address,
-        "limits": {k: v for k, v in limits.items() if v is not None},
+        "limits": drop_unset(limits),
         "engine": {"server": server} if server else {},
     }
-    flags = {k: v for k, v in flags.items() if v not in (None, {})}
+    flags = drop_unset(flags)
     collect_config = load_collect_config(config, flags, default_policy=settings.default_model)
 
     view = CollectView()

@@ -52,6 +52,12 @@ def global_config(config_file: Path | None, cache_dir: Path | None = None) -> Gl
     return load_global_config(config_file, overrides)
 
 
+def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
+    """Only the flags the user set: unset options (None) and empty tables never override
+    the config file."""
+    return {k: v for k, v in flags.items() if v not in (None, {})}
+
+
 def emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     sys.stdout.flush()

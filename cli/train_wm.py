@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,6 +12,7 @@ from cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
+    drop_unset,
     emit_json,
     global_config,
     out,
@@ -225,7 +226,3 @@ def train_wm(
     out.print(training_table(summary))
     if "evaluation" in record:
         render_evaluation(record["evaluation"], False)
-
-
-def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in flags.items() if v not in (None, {})}

@@ -94,6 +94,17 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+def first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first differing key of two nested dicts, as "a.b: <old> there, <new> now"."""
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+                inner = first_difference(old[key], new[key])
+                return f"{key}.{inner}"
+            return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
+    return "no difference"
+
+
 def load_global_config(
     config_file: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> GlobalConfig:

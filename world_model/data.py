@@ -32,6 +32,11 @@ class WorldModelData:
     report: ExampleReport
 
 
+def world_model_prompt(tokenizer, fmt: str) -> WorldModelPrompt:
+    """The prompt builder for runs of this action format (it sets the observation's role)."""
+    return WorldModelPrompt(ChatContextBuilder(tokenizer, observation_role(fmt)))
+
+
 def check_tokenization(rows: list[dict], builder: ChatContextBuilder, run: Path, flag: str):
     vocab = len(builder.tokenizer)
     checked = 0
@@ -75,8 +80,7 @@ def load_runs(dirs: list[Path], tokenizer, flag: str) -> tuple[list[dict], str]:
                 "one world model serves one format"
             )
         run_rows = read_rows(run, flag=flag)
-        builder = ChatContextBuilder(tokenizer, observation_role(fmt))
-        check_tokenization(run_rows, builder, run, flag)
+        check_tokenization(run_rows, world_model_prompt(tokenizer, fmt).builder, run, flag)
         rows += run_rows
     return rows, next(iter(formats))
 
@@ -90,7 +94,7 @@ def load_data(
     held_out_families: set[str] | None = None,
 ) -> WorldModelData:
     rows, fmt = load_runs(list(data_dirs), tokenizer, "--data")
-    prompt = WorldModelPrompt(ChatContextBuilder(tokenizer, observation_role(fmt)))
+    prompt = world_model_prompt(tokenizer, fmt)
     if not eval_dirs:
         train, held_out, report = build_examples(
             rows, prompt, held_out_fraction=held_out_fraction, held_out_families=held_out_families
@@ -127,7 +131,7 @@ def load_eval_data(
     """Every turn of tasks the model was not trained on, and how many trained tasks were left
     out; an untrained model (no record) is evaluated on everything."""
     rows, fmt = load_runs(list(data_dirs), tokenizer, "--data")
-    prompt = WorldModelPrompt(ChatContextBuilder(tokenizer, observation_role(fmt)))
+    prompt = world_model_prompt(tokenizer, fmt)
     unseen = [row for row in rows if row["task_hash"] not in trained_hashes]
     excluded = len({row["task_hash"] for row in rows} & trained_hashes)
     if not unseen:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from obsspec.config import first_difference
 from obsspec.errors import ConfigError
 from obsspec.rollout.dataset import remove_partial_shards, write_atomically
 from obsspec.runs import DATA_DIR, MANIFEST
@@ -136,13 +137,3 @@ class RunDir:
         with self.failures_path.open("a") as f:
             f.write(json.dumps({"at": now(), **entry}) + "\n")
             f.flush()
-
-
-def first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
-                inner = first_difference(old[key], new[key])
-                return f"{key}.{inner}"
-            return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
-    return "no difference"

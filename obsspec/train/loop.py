@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from obsspec.config import first_difference
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
@@ -346,22 +347,10 @@ def restore_point(checkpoints: Checkpoints, identity: dict) -> dict[str, Any]:
     if state.get("identity") != identity:
         raise ConfigError(
             f"--resume: {latest} was trained with other settings or data "
-            f"({first_change(state.get('identity') or {}, identity)}); "
+            f"({first_difference(state.get('identity') or {}, identity)}); "
             "resume with the same ones, or start a new --out"
         )
     return {**state, "checkpoint": latest}
-
-
-def first_change(old: dict, new: dict, prefix: str = "") -> str:
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found = first_change(a, b, f"{prefix}{key}.")
-            if found:
-                return found
-        elif a != b:
-            return f"{prefix}{key}: {a!r} then, {b!r} now"
-    return ""
 
 
 def load_weights(model, checkpoint: Path) -> None:
