@@ -18,7 +18,8 @@ from cli.common import (
     out,
     progress_printer,
 )
-from cli.train_wm_view import TrainView, render_evaluation, training_table
+from cli.train_view import TrainView
+from cli.train_wm_view import render_evaluation, training_table
 
 TRAINING = "Training"
 SPLIT = "Held-out split"

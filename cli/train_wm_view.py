@@ -1,110 +1,20 @@
-"""What `obsspec train-wm` shows: progress while it trains and predicts, then tables.
-
-On a terminal, one rich progress display with a training bar (loss, tokens/s) and a
-prediction bar; otherwise a line on stderr every ~10 s. Results go to stdout as tables, or as
-one JSON object with --json.
-"""
+"""What `obsspec train-wm` shows after training and evaluating: tables on stdout, or one JSON
+object with --json (progress meanwhile: cli.train_view)."""
 
 from __future__ import annotations
 
-import time
-
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
-from cli.common import emit_json, err, out
-
-LINE_EVERY_S = 10.0
-
-
-class TrainView:
-    """A context manager; `on_step` and `on_prediction` are the library's callbacks."""
-
-    def __init__(self, *, live: bool = True, quiet: bool = False) -> None:
-        self.quiet = quiet
-        self.live = live and err.is_terminal and not quiet
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        )
-        self._tasks: dict[str, int] = {}
-        self._last_line = 0.0
-
-    def __enter__(self) -> TrainView:
-        if self.live:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.live:
-            self.progress.stop()
-
-    def _update(self, name: str, done: int, total: int, detail: str) -> None:
-        if name not in self._tasks:
-            self._tasks[name] = self.progress.add_task(name, total=total, detail=detail)
-        self.progress.update(self._tasks[name], completed=done, total=total, detail=detail)
-
-    def _line_due(self, last: bool) -> bool:
-        now = time.monotonic()
-        if last or now - self._last_line >= LINE_EVERY_S:
-            self._last_line = now
-            return True
-        return False
-
-    def on_step(self, p) -> None:
-        detail = f"loss {p.loss:.4f}  {p.tokens_per_s:.0f} tok/s"
-        if self.live:
-            self._update("training", p.step, p.total_steps, detail)
-        elif not self.quiet and self._line_due(p.step == p.total_steps):
-            eta = p.elapsed_s / p.step * (p.total_steps - p.step) if p.step else 0
-            err.print(
-                f"step {p.step}/{p.total_steps}  epoch {p.epoch + 1}  {detail}  "
-                f"lr {p.lr:.2e}  eta {eta:.0f}s",
-                highlight=False,
-            )
-
-    def on_prediction(self, done: int, total: int) -> None:
-        if self.live:
-            self._update("predicting", done, total, "")
-        elif not self.quiet and self._line_due(done == total):
-            err.print(f"predicted {done}/{total} held-out turns", highlight=False)
-
-
-def fmt(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+from cli.common import emit_json, out
+from cli.train_view import fmt, trainer_table
 
 
 def training_table(summary: dict) -> Table:
-    table = Table(title="world model training", show_header=False)
-    losses = f"{fmt(summary['first_loss'])} -> {fmt(summary['last_loss'])}"
-    held_out = f"{fmt(summary['eval_loss_before'])} -> {fmt(summary['eval_loss_after'])}"
-    rows = [
-        ("out", summary["out"]),
-        ("steps", summary["steps"]),
-        ("device / dtype", f"{summary['device']} / {summary['dtype']}"),
-        ("loss first -> last step", losses),
-        ("held-out loss before -> after", held_out),
-        ("tokens", summary["tokens"]),
-        ("seconds", f"{summary['seconds']:.0f}"),
+    data = [
         ("examples (train + held out)", summary["data"]["examples"]),
         ("skipped turns", summary["data"]["skipped"] or "none"),
     ]
-    for name, value in rows:
-        table.add_row(name, str(value))
-    return table
+    return trainer_table("world model training", summary, data)
 
 
 HEADLINE = (

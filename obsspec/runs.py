@@ -5,6 +5,11 @@
 
 Readers (world-model training, SFT, profiling) need only this module; the writing side,
 with its atomic shards and resume, lives in obsspec.rollout.dataset.
+
+A run's token ids only mean something under the tokenizer and chat template that made them.
+`load_runs` checks every run by rebuilding some of its observation ids with the reader's
+tokenizer (the same builder the policy used): any difference means a model would learn other
+bytes than the policy sees, and is refused.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from obsspec.errors import ConfigError
+
+TURNS_CHECKED = 8  # per run; one differing turn is enough to refuse
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
@@ -59,3 +66,55 @@ def action_format(manifest: dict) -> str:
     """The action format the run's policy used (it decides the observation's chat role)."""
     limits = (manifest.get("identity") or {}).get("limits") or {}
     return limits.get("action_format", "markdown")
+
+
+def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[dict], str]:
+    """All rows of the runs, checked against tokenizer, and their shared action format;
+    whose names the tokenizer's owner in errors ("the world model's")."""
+    from obsspec.agent.context import ChatContextBuilder
+    from obsspec.agent.protocol import observation_role
+
+    rows: list[dict] = []
+    formats: dict[str, Path] = {}
+    for run in dirs:
+        fmt = action_format(read_run_manifest(run, flag=flag))
+        formats.setdefault(fmt, run)
+        if len(formats) > 1:
+            a, b = formats.items()
+            raise ConfigError(
+                f"{flag}: {a[1]} used action format {a[0]!r} and {b[1]} used {b[0]!r}; "
+                "one model learns one format"
+            )
+        run_rows = read_rows(run, flag=flag)
+        builder = ChatContextBuilder(tokenizer, observation_role(fmt))
+        check_tokenization(run_rows, builder, run, flag, whose)
+        rows += run_rows
+    return rows, next(iter(formats))
+
+
+def check_tokenization(rows: list[dict], builder, run: Path, flag: str, whose: str) -> None:
+    vocab = len(builder.tokenizer)
+    checked = 0
+    for row in rows:
+        if any(i >= vocab or i < 0 for i in row["prompt_ids"]):
+            raise different_tokenizer(run, flag, whose, "its token ids exceed the vocabulary")
+        for turn in row["turns"]:
+            if turn["action"] == "done":  # the episode ended: no observation followed
+                continue
+            expected = builder.turn_end_ids(turn["action_ids"]) + builder.observation_ids(
+                turn["observation"]
+            )
+            if turn["observation_ids"] != expected:
+                why = f"task {row['task_id']} turn {turn['index']} encodes differently"
+                raise different_tokenizer(run, flag, whose, why)
+            checked += 1
+            if checked >= TURNS_CHECKED:
+                return
+
+
+def different_tokenizer(run: Path, flag: str, whose: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"{flag} {run} was tokenised with another tokenizer or chat template than {whose} "
+        f"({why}); its token ids would mean other text, so collect with a policy of the same "
+        "family or train from a base with the policy's tokenizer"
+    )

@@ -3,10 +3,8 @@
     data = load_data([run_a, run_b], tokenizer, held_out_fraction=0.2)
     data = load_data([train_run], tokenizer, eval_dirs=[eval_run])   # an explicit held-out set
 
-A run's token ids only mean something under the tokenizer and chat template that made them.
-Every run is checked by rebuilding some of its observation ids with the world model's
-tokenizer (world_model.prompt: the same builder the policy used): any difference means the
-world model would learn and predict other bytes than the policy sees, and is refused.
+Every run is checked against the world model's tokenizer (obsspec.runs.load_runs): a world
+model must predict exactly the tokens the policy sees.
 """
 
 from __future__ import annotations
@@ -14,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from obsspec import runs
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.protocol import observation_role
 from obsspec.errors import ConfigError
-from obsspec.runs import action_format, read_rows, read_run_manifest
 from world_model.examples import Example, ExampleReport, build_examples
 from world_model.prompt import WorldModelPrompt
-
-TURNS_CHECKED = 8  # per run; one differing turn is enough to refuse
 
 
 @dataclass
@@ -37,52 +33,8 @@ def world_model_prompt(tokenizer, fmt: str) -> WorldModelPrompt:
     return WorldModelPrompt(ChatContextBuilder(tokenizer, observation_role(fmt)))
 
 
-def check_tokenization(rows: list[dict], builder: ChatContextBuilder, run: Path, flag: str):
-    vocab = len(builder.tokenizer)
-    checked = 0
-    for row in rows:
-        if any(i >= vocab or i < 0 for i in row["prompt_ids"]):
-            raise different_tokenizer(run, flag, "its token ids exceed the vocabulary")
-        for turn in row["turns"]:
-            if turn["action"] == "done":  # the episode ended: no observation followed
-                continue
-            expected = builder.turn_end_ids(turn["action_ids"]) + builder.observation_ids(
-                turn["observation"]
-            )
-            if turn["observation_ids"] != expected:
-                raise different_tokenizer(
-                    run, flag, f"task {row['task_id']} turn {turn['index']} encodes differently"
-                )
-            checked += 1
-            if checked >= TURNS_CHECKED:
-                return
-
-
-def different_tokenizer(run: Path, flag: str, why: str) -> ConfigError:
-    return ConfigError(
-        f"{flag} {run} was tokenised with another tokenizer or chat template than the world "
-        f"model's ({why}); policy and world model must share one, so collect with a policy "
-        "of the same family or train from a base with the policy's tokenizer"
-    )
-
-
 def load_runs(dirs: list[Path], tokenizer, flag: str) -> tuple[list[dict], str]:
-    """All rows of the runs, and their shared action format."""
-    rows: list[dict] = []
-    formats: dict[str, Path] = {}
-    for run in dirs:
-        fmt = action_format(read_run_manifest(run, flag=flag))
-        formats.setdefault(fmt, run)
-        if len(formats) > 1:
-            a, b = formats.items()
-            raise ConfigError(
-                f"{flag}: {a[1]} used action format {a[0]!r} and {b[1]} used {b[0]!r}; "
-                "one world model serves one format"
-            )
-        run_rows = read_rows(run, flag=flag)
-        check_tokenization(run_rows, world_model_prompt(tokenizer, fmt).builder, run, flag)
-        rows += run_rows
-    return rows, next(iter(formats))
+    return runs.load_runs(dirs, tokenizer, flag, "the world model's")
 
 
 def load_data(

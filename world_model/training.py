@@ -14,10 +14,11 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from obsspec.errors import ConfigError, EngineError, ObsspecError
+from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.train import distributed
 from obsspec.train.checkpoint import prepare_out, read_record, write_record
+from obsspec.train.fresh import call_in_fresh_process
 from obsspec.train.loop import StepProgress, train
 from obsspec.train.sequences import Sample, pack
 from world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
@@ -116,54 +117,18 @@ def evaluate_in_fresh_process(
     on_prediction: Callable[[int, int], None],
     note: Note,
 ) -> dict:
-    """evaluate_world_model in a spawned process: vLLM started in the process that has just
-    trained (its torch threads and memory in use) stalled on CPU, with no request finishing
-    in ten minutes; in a fresh process the same evaluation takes five."""
-    import multiprocessing
-    import queue
-
-    context = multiprocessing.get_context("spawn")
-    events = context.Queue()
-    child = context.Process(target=evaluation_child, args=(config, models_dir, events))
-    child.start()
-    try:
-        while True:
-            try:
-                kind, *payload = events.get(timeout=1.0)
-            except queue.Empty:
-                if not child.is_alive():
-                    raise EngineError(
-                        f"the evaluation process died (exit code {child.exitcode})"
-                    ) from None
-                continue
-            if kind == "progress":
-                on_prediction(*payload)
-            elif kind == "note":
-                note(*payload)
-            elif kind == "error":
-                raise payload[0]
-            else:
-                return payload[0]
-    finally:
-        if child.is_alive():
-            child.terminate()
-        child.join()
+    """evaluate_world_model in a spawned process (obsspec.train.fresh says why)."""
+    handlers = {"progress": on_prediction, "note": note}
+    return call_in_fresh_process(evaluation_child, (config, models_dir), handlers)
 
 
-def evaluation_child(config: EvalWMConfig, models_dir: Path, events) -> None:
-    def progress(done: int, total: int) -> None:
-        events.put(("progress", done, total))
-
-    try:
-        report = evaluate_world_model(
-            config, models_dir, progress, lambda m: events.put(("note", m))
-        )
-    except ObsspecError as e:
-        events.put(("error", e))
-    except Exception as e:  # anything else: reported to the parent, which raises it
-        events.put(("error", EngineError(f"evaluation failed: {type(e).__name__}: {e}")))
-    else:
-        events.put(("result", report))
+def evaluation_child(config: EvalWMConfig, models_dir: Path, emit) -> dict:
+    return evaluate_world_model(
+        config,
+        models_dir,
+        lambda done, total: emit("progress", done, total),
+        lambda message: emit("note", message),
+    )
 
 
 def evaluate_world_model(

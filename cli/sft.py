@@ -1,0 +1,259 @@
+"""`obsspec sft`: warm-start a policy on expert trajectories, or evaluate one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import (
+    CacheDirOption,
+    ConfigOption,
+    JsonOption,
+    drop_unset,
+    emit_json,
+    global_config,
+    out,
+    progress_printer,
+)
+from cli.sft_view import render_evaluation, training_table
+from cli.train_view import TrainView
+
+TRAINING = "Training"
+EVALUATION = "Evaluation"
+
+
+def sft(
+    data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data",
+            help="Collect run directory to learn from (repeat for several).",
+            file_okay=False,
+            metavar="RUN_DIR",
+        ),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="Model to fine-tune \\[default: the default model]."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Directory for the warm-started policy.")
+    ] = None,
+    min_reward: Annotated[
+        float | None,
+        typer.Option(
+            "--min-reward",
+            help="Learn only from episodes with at least this reward (rejection sampling, "
+            "e.g. 1 with policy runs) \\[default: every episode].",
+        ),
+    ] = None,
+    eval_only: Annotated[
+        bool, typer.Option("--eval-only", help="Only evaluate --model on --eval-tasks.")
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Policy to evaluate (with --eval-only).")
+    ] = None,
+    epochs: Annotated[
+        int | None,
+        typer.Option(
+            "--epochs", min=1, help="Passes over the data \\[default: 2].", rich_help_panel=TRAINING
+        ),
+    ] = None,
+    lr: Annotated[
+        float | None,
+        typer.Option(
+            "--lr", min=0, help="Peak learning rate \\[default: 1e-4].", rich_help_panel=TRAINING
+        ),
+    ] = None,
+    batch_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-tokens",
+            min=16,
+            help="Tokens per forward pass, padding included \\[default: 8192].",
+            rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    max_len: Annotated[
+        int | None,
+        typer.Option(
+            "--max-len",
+            min=8,
+            help="Longest training sequence \\[default: 4096].",
+            rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps", min=1, help="Stop after N optimizer steps.", rich_help_panel=TRAINING
+        ),
+    ] = None,
+    lora: Annotated[
+        int | None,
+        typer.Option(
+            "--lora",
+            min=1,
+            help="Train LoRA adapters of this rank (merged on save).",
+            rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume", help="Continue from --out's last checkpoint.", rich_help_panel=TRAINING
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Replace what --out holds.", rich_help_panel=TRAINING),
+    ] = False,
+    eval_tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--eval-tasks",
+            help="Held-out tasks: a task directory, a directory of tasks, or a glob.",
+            metavar="TASKS",
+            rich_help_panel=EVALUATION,
+        ),
+    ] = None,
+    eval_episodes: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-episodes",
+            min=1,
+            help="Episodes of each held-out task \\[default: 1].",
+            rich_help_panel=EVALUATION,
+        ),
+    ] = None,
+    eval_temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--eval-temperature",
+            min=0,
+            help="Sampling temperature of the evaluation \\[default: 0, greedy].",
+            rich_help_panel=EVALUATION,
+        ),
+    ] = None,
+    no_base: Annotated[
+        bool,
+        typer.Option(
+            "--no-base",
+            help="Do not evaluate the base model for comparison.",
+            rich_help_panel=EVALUATION,
+        ),
+    ] = False,
+    no_eval: Annotated[
+        bool,
+        typer.Option(
+            "--no-eval", help="Skip the evaluation after training.", rich_help_panel=EVALUATION
+        ),
+    ] = False,
+    json_output: JsonOption = False,
+    cache_dir: CacheDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Fine-tune a policy on the replies of collected episodes (loss on its own tokens).
+
+    Every action turn of the runs is learned on exactly the context the policy saw
+    (the same exact tokens as rollouts), with the loss on the reply's tokens only.
+    Typical data: `obsspec collect --policy oracle` runs (expert demonstrations),
+    plus successful episodes of a policy with --min-reward 1 (rejection sampling).
+    OUT becomes a Hugging Face model directory that `obsspec collect --policy OUT`
+    and vLLM use as is; OUT/obsspec-train.json records the run.
+
+    After training, the policy and its base run --eval-tasks through the real collect
+    path (into OUT/eval/); their valid-action rate, success rate and mean turns are
+    compared. Held-out tasks must not share content with the training data. With
+    --eval-only, --model is evaluated (rerunning with the same settings resumes).
+    Rarely changed settings (warm-up, the evaluation engine, its turn and token
+    limits) live in the \\[sft] table of --config.
+    """
+    from obsspec.config import load_pipeline_config
+    from obsspec.sft.config import EvalPolicyConfig, SFTConfig
+    from obsspec.sft.evaluate import evaluate_policy
+    from obsspec.train import distributed
+
+    settings = global_config(config, cache_dir)
+    note = progress_printer(quiet=False)
+    evaluation = drop_unset(
+        {
+            "tasks": eval_tasks,
+            "episodes_per_task": eval_episodes,
+            "temperature": eval_temperature,
+            "compare_base": False if no_base else None,
+        }
+    )
+    if eval_only:
+        flags = {"model": model, "base": base, "eval": evaluation}
+        eval_config = load_pipeline_config(
+            EvalPolicyConfig, "sft", config, drop_unset(flags), required={"model": "--model"}
+        )
+        with TrainView(live=not json_output) as view:
+            emit = emitter(view.on_episodes, note)
+            report = evaluate_policy(eval_config, settings.paths.models_dir, emit)
+        render_evaluation(report, json_output)
+        return
+    trainer = {
+        "epochs": epochs,
+        "lr": lr,
+        "batch_tokens": batch_tokens,
+        "max_len": max_len,
+        "max_steps": max_steps,
+        "lora": {"rank": lora} if lora else None,
+    }
+    flags = {
+        "data": data or None,
+        "base": base,
+        "out": out_dir,
+        "min_reward": min_reward,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        "evaluate": False if no_eval else None,
+        "train": drop_unset(trainer),
+        "eval": evaluation,
+    }
+    sft_config = load_pipeline_config(
+        SFTConfig,
+        "sft",
+        config,
+        drop_unset(flags),
+        required={"data": "--data", "out": "--out"},
+        defaults={"base": settings.default_model},
+    )
+    # Launched by torchrun: join its process group (one process: nothing to do).
+    ranks = distributed.init_from_env(os.environ)
+    if not ranks.main:
+        note = progress_printer(quiet=True)  # rank 0 speaks for all
+    from obsspec.sft.training import train_policy
+
+    try:
+        with TrainView(live=not json_output, quiet=not ranks.main) as view:
+            record = train_policy(
+                sft_config, settings.paths.models_dir, view.on_step, note, view.on_episodes
+            )
+    finally:
+        distributed.shutdown()
+    if not ranks.main:
+        return
+    summary = {
+        "out": str(sft_config.out),
+        **record["training"],
+        "data": record["data"],
+        **({"evaluation": record["evaluation"]} if "evaluation" in record else {}),
+    }
+    if json_output:
+        emit_json(summary)
+        return
+    out.print(training_table(summary))
+    if "evaluation" in record:
+        render_evaluation(record["evaluation"], False)
+
+
+def emitter(on_episodes, note):
+    """The evaluation's emit(kind, *payload), in this process (--eval-only)."""
+    handlers = {"progress": on_episodes, "note": note}
+    return lambda kind, *payload: handlers[kind](*payload)
