@@ -38,9 +38,17 @@ demo: setup
 	$(BIN)/obsspec env run -- 'echo "hello from $$(hostname)"; uname -sm; python3 --version; pwd'
 	$(BIN)/obsspec env generate --out $(DEMO)/tasks --n 8 --seed 0 >/dev/null
 	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/oracle --policy oracle -c 4
-	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/smollm2 -c 8 --max-turns 4 --max-tokens 128
-	@# The world model: trained on the oracle's episodes, scored on tasks of another seed.
 	$(BIN)/obsspec env generate --out $(DEMO)/eval-tasks --n 4 --seed 1 >/dev/null
+	@# The policy: the default model warm-started on the oracle's episodes (trained once, then
+	@# reused), scored against its base on tasks of another seed; every later step uses it.
+	if [ -f $(DEMO)/policy/obsspec-train.json ]; then \
+		$(BIN)/obsspec sft --eval-only --model $(DEMO)/policy --eval-tasks $(DEMO)/eval-tasks; \
+	else \
+		$(BIN)/obsspec sft --data $(DEMO)/oracle --out $(DEMO)/policy --eval-tasks $(DEMO)/eval-tasks \
+			--epochs 3 --lr 2e-4 --batch-tokens 4096 --overwrite; \
+	fi
+	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/policy-run --policy $(DEMO)/policy -c 8
+	@# The world model: trained on the oracle's episodes, scored on tasks of another seed.
 	$(BIN)/obsspec collect --tasks $(DEMO)/eval-tasks --out $(DEMO)/eval-oracle --policy oracle -k 2 -c 4
 	if [ -f $(DEMO)/wm/obsspec-train.json ]; then \
 		$(BIN)/obsspec train-wm --eval-only --model $(DEMO)/wm --data $(DEMO)/eval-oracle; \

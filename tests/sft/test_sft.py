@@ -39,7 +39,8 @@ def greeting_tasks(root: Path, names: list[str], user: str = "Ada") -> Path:
 def oracle_run(tmp_path_factory, settings, base_image) -> Path:
     """Real trajectories: the oracle solving two tasks in real sandboxes."""
     root = tmp_path_factory.mktemp("sft")
-    tasks = greeting_tasks(root / "tasks", ["greet-a", "greet-b"])
+    tasks = greeting_tasks(root / "tasks", ["greet-a"], user="Ada")
+    greeting_tasks(tasks, ["greet-b"], user="Bob")
     config = CollectConfig(tasks=str(tasks), out=root / "oracle", policy="oracle", concurrency=2)
     summary = asyncio.run(collect(config, settings.paths.models_dir))
     assert summary["mean_reward"] == 1.0
