@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,15 +12,25 @@ from cli.common import (
     ConfigOption,
     JsonOption,
     drop_unset,
-    emit_json,
     global_config,
-    out,
     progress_printer,
 )
 from cli.train_view import TrainView
 from cli.train_wm_view import render_evaluation, training_table
+from cli.training import (
+    BaseOption,
+    BatchTokensOption,
+    EpochsOption,
+    LoraOption,
+    LrOption,
+    MaxLenOption,
+    MaxStepsOption,
+    OverwriteOption,
+    ResumeOption,
+    train_and_show,
+    trainer_flags,
+)
 
-TRAINING = "Training"
 SPLIT = "Held-out split"
 
 DataOption = Annotated[
@@ -37,10 +46,7 @@ DataOption = Annotated[
 
 def train_wm(
     data: DataOption = None,
-    base: Annotated[
-        str | None,
-        typer.Option("--base", help="Model to fine-tune \\[default: the default model]."),
-    ] = None,
+    base: BaseOption = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Directory for the trained world model.")
     ] = None,
@@ -50,61 +56,14 @@ def train_wm(
     model: Annotated[
         str | None, typer.Option("--model", help="World model to evaluate (with --eval-only).")
     ] = None,
-    epochs: Annotated[
-        int | None,
-        typer.Option(
-            "--epochs", min=1, help="Passes over the data \\[default: 2].", rich_help_panel=TRAINING
-        ),
-    ] = None,
-    lr: Annotated[
-        float | None,
-        typer.Option(
-            "--lr", min=0, help="Peak learning rate \\[default: 1e-4].", rich_help_panel=TRAINING
-        ),
-    ] = None,
-    batch_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--batch-tokens",
-            min=16,
-            help="Tokens per forward pass, padding included \\[default: 8192].",
-            rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    max_len: Annotated[
-        int | None,
-        typer.Option(
-            "--max-len",
-            min=8,
-            help="Longest training sequence \\[default: 4096].",
-            rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option(
-            "--max-steps", min=1, help="Stop after N optimizer steps.", rich_help_panel=TRAINING
-        ),
-    ] = None,
-    lora: Annotated[
-        int | None,
-        typer.Option(
-            "--lora",
-            min=1,
-            help="Train LoRA adapters of this rank (merged on save).",
-            rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume", help="Continue from --out's last checkpoint.", rich_help_panel=TRAINING
-        ),
-    ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option("--overwrite", help="Replace what --out holds.", rich_help_panel=TRAINING),
-    ] = False,
+    epochs: EpochsOption = None,
+    lr: LrOption = None,
+    batch_tokens: BatchTokensOption = None,
+    max_len: MaxLenOption = None,
+    max_steps: MaxStepsOption = None,
+    lora: LoraOption = None,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
     eval_data: Annotated[
         list[Path] | None,
         typer.Option(
@@ -151,12 +110,10 @@ def train_wm(
     \\[train_wm] table of --config.
     """
     from obsspec.config import load_pipeline_config
-    from obsspec.train import distributed
     from world_model.config import EvalWMConfig, TrainWMConfig
     from world_model.training import evaluate_world_model, train_world_model
 
     settings = global_config(config, cache_dir)
-    note = progress_printer(quiet=False)
     split = {
         "data": data or None,
         "eval_data": eval_data or None,
@@ -173,18 +130,11 @@ def train_wm(
         )
         with TrainView(live=not json_output) as view:
             report = evaluate_world_model(
-                eval_config, settings.paths.models_dir, view.on_prediction, note
+                eval_config, settings.paths.models_dir, view.on_prediction, progress_printer()
             )
         render_evaluation(report, json_output)
         return
-    trainer = {
-        "epochs": epochs,
-        "lr": lr,
-        "batch_tokens": batch_tokens,
-        "max_len": max_len,
-        "max_steps": max_steps,
-        "lora": {"rank": lora} if lora else None,
-    }
+    trainer = trainer_flags(epochs, lr, batch_tokens, max_len, max_steps, lora)
     flags = {
         **split,
         "base": base,
@@ -192,7 +142,7 @@ def train_wm(
         "resume": resume or None,
         "overwrite": overwrite or None,
         "evaluate": False if no_eval else None,
-        "train": drop_unset(trainer),
+        "train": trainer,
     }
     train_config = load_pipeline_config(
         TrainWMConfig,
@@ -202,28 +152,10 @@ def train_wm(
         required={"data": "--data", "out": "--out"},
         defaults={"base": settings.default_model},
     )
-    # Launched by torchrun: join its process group (one process: nothing to do).
-    ranks = distributed.init_from_env(os.environ)
-    if not ranks.main:
-        note = progress_printer(quiet=True)  # rank 0 speaks for all
-    try:
-        with TrainView(live=not json_output, quiet=not ranks.main) as view:
-            record = train_world_model(
-                train_config, settings.paths.models_dir, view.on_step, note, view.on_prediction
-            )
-    finally:
-        distributed.shutdown()
-    if not ranks.main:
-        return
-    summary = {
-        "out": str(train_config.out),
-        **record["training"],
-        "data": record["data"],
-        **({"evaluation": record["evaluation"]} if "evaluation" in record else {}),
-    }
-    if json_output:
-        emit_json(summary)
-        return
-    out.print(training_table(summary))
-    if "evaluation" in record:
-        render_evaluation(record["evaluation"], False)
+
+    def run(view, note):
+        return train_world_model(
+            train_config, settings.paths.models_dir, view.on_step, note, view.on_prediction
+        )
+
+    train_and_show(run, str(train_config.out), json_output, training_table, render_evaluation)

@@ -17,9 +17,9 @@ from pathlib import Path
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.train import distributed
-from obsspec.train.checkpoint import prepare_out, read_record, write_record
+from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.fresh import call_in_fresh_process
-from obsspec.train.loop import StepProgress, train
+from obsspec.train.loop import StepProgress, train_into
 from obsspec.train.sequences import Sample, pack
 from world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
 from world_model.data import WorldModelData, load_data, load_eval_data
@@ -74,17 +74,14 @@ def train_world_model(
         f"{sum(len(s.ids) for s in packed.sequences)} tokens), {len(data.held_out)} held out"
         + (f"; {packed.too_long} longer than --max-len skipped" if packed.too_long else "")
     )
-    ranks = distributed.current()
-    if ranks.main:
-        prepare_out(config.out, resume=config.resume, overwrite=config.overwrite)
-    distributed.barrier()
-    outcome = train(
-        base,
-        packed.sequences,
-        config.train,
+    outcome = train_into(
         config.out,
-        held_out=held_out.sequences,
+        overwrite=config.overwrite,
         resume=config.resume,
+        base=base,
+        sequences=packed.sequences,
+        settings=config.train,
+        held_out=held_out.sequences,
         progress=on_step,
     )
     record = {
@@ -95,7 +92,7 @@ def train_world_model(
         "trained_task_hashes": sorted({e.context.task_hash for e in data.train}),
         "training": vars(outcome),
     }
-    if not ranks.main:
+    if not distributed.current().main:
         return record  # rank 0 records and evaluates
     write_record(config.out, record)
     if config.evaluate:

@@ -18,9 +18,9 @@ from obsspec.sft.config import EvalPolicyConfig, SFTConfig
 from obsspec.sft.data import load_policy_data
 from obsspec.sft.evaluate import evaluate_policy, held_out_tasks
 from obsspec.train import distributed
-from obsspec.train.checkpoint import prepare_out, write_record
+from obsspec.train.checkpoint import write_record
 from obsspec.train.fresh import call_in_fresh_process
-from obsspec.train.loop import StepProgress, train
+from obsspec.train.loop import StepProgress, train_into
 from obsspec.train.sequences import pack
 
 Note = Callable[[str], None]
@@ -50,12 +50,14 @@ def train_policy(
         f"tokens, {sum(s.target_tokens for s in packed.sequences)} of them learned)"
         + (f"; {packed.too_long} longer than --max-len skipped" if packed.too_long else "")
     )
-    ranks = distributed.current()
-    if ranks.main:
-        prepare_out(config.out, resume=config.resume, overwrite=config.overwrite)
-    distributed.barrier()
-    outcome = train(
-        base, packed.sequences, config.train, config.out, resume=config.resume, progress=on_step
+    outcome = train_into(
+        config.out,
+        overwrite=config.overwrite,
+        resume=config.resume,
+        base=base,
+        sequences=packed.sequences,
+        settings=config.train,
+        progress=on_step,
     )
     record = {
         "kind": "policy",
@@ -66,7 +68,7 @@ def train_policy(
         "trained_task_hashes": sorted(data.task_hashes),
         "training": vars(outcome),
     }
-    if not ranks.main:
+    if not distributed.current().main:
         return record  # rank 0 records and evaluates
     write_record(config.out, record)
     if config.evaluate:

@@ -27,7 +27,7 @@ from obsspec.config import first_difference
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import Checkpoints, load_trainer_state, save_final
+from obsspec.train.checkpoint import Checkpoints, load_trainer_state, prepare_out, save_final
 from obsspec.train.config import TrainSettings
 from obsspec.train.distributed import Ranks
 from obsspec.train.memory import check_memory, is_out_of_memory, out_of_memory_error
@@ -263,6 +263,21 @@ def train(
         where.device,
         where.dtype,
     )
+
+
+def train_into(
+    out: Path,
+    *,
+    overwrite: bool,
+    resume: bool,
+    **train_args,
+) -> TrainOutcome:
+    """train() into OUT, which rank 0 first checks: a non-empty OUT is refused unless resumed
+    or overwritten (checkpoint.prepare_out)."""
+    if distributed.current().main:
+        prepare_out(out, resume=resume, overwrite=overwrite)
+    distributed.barrier()
+    return train(out=out, resume=resume, **train_args)
 
 
 def make_optimizer(model, settings: TrainSettings, total_steps: int):
