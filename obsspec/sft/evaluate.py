@@ -3,9 +3,10 @@
     report = evaluate_policy(EvalPolicyConfig(model=..., eval=...), models_dir, emit)
 
 The policy (and, to compare, its base model) runs the held-out tasks with `obsspec collect`'s
-own pipeline: same engine, sandboxes, episode loop and verifier, into run directories under
-EVAL_OUT (default MODEL/eval/{policy,base}). A rerun with the same settings resumes them, so
-an evaluation already done costs nothing; other settings replace them.
+own pipeline: same engine, sandboxes, episode loop and verifier, into run directories
+MODEL/eval/{policy,base}-<settings digest>. A rerun with the same settings resumes them, so an
+evaluation already done costs nothing; other settings (say, another temperature) get their own
+directories and leave earlier ones as they are.
 
 Rates are pooled (sums of counts), over episodes the infrastructure did not fail:
     valid_action_rate   replies that parse to an action (a command or done) / replies
@@ -16,6 +17,9 @@ Rates are pooled (sums of counts), over episodes the infrastructure did not fail
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -42,12 +46,13 @@ def evaluate_policy(config: EvalPolicyConfig, models_dir: Path, emit: Emit) -> d
     base = config.base or record.get("base")
     fmt = record.get("action_format", "markdown")
     out = model / "eval"
+    digest = settings_digest(config.eval)
     arms = {"policy": str(model)}
     if base and config.eval.compare_base:
         arms["base"] = base
     emit("note", f"evaluating {' and '.join(arms)} on {len(tasks)} held-out task(s)")
     results = {
-        arm: score_arm(arm, policy, config.eval, fmt, out / arm, models_dir, emit)
+        arm: score_arm(arm, policy, config.eval, fmt, out / f"{arm}-{digest}", models_dir, emit)
         for arm, policy in arms.items()
     }
     report = {"model": str(model), "tasks": len(tasks), **results["policy"]}
@@ -78,6 +83,13 @@ def check_unseen(tasks: list[Task], trained_hashes: set[str]) -> None:
             )
 
 
+def settings_digest(settings: PolicyEvalSettings) -> str:
+    """Names an evaluation's run directories: the settings that decide its episodes."""
+    decisive = settings.model_dump(mode="json", exclude={"concurrency", "compare_base"})
+    decisive["tasks"] = os.path.abspath(settings.tasks)
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:8]
+
+
 def score_arm(
     arm: str,
     policy: str,
@@ -101,7 +113,6 @@ def score_arm(
             action_format=fmt,
         ),
         engine=settings.engine,
-        overwrite=True,  # other settings than last time: those episodes no longer apply
     )
 
     def on_event(_event, stats) -> None:

@@ -190,7 +190,8 @@ def test_sft_command_trains_and_evaluates_policy_and_base(oracle_run, tiny_model
     assert evaluation["base"]["episodes"] == 2 and evaluation["mean_turns"] <= 2
     record = json.loads((out / "obsspec-train.json").read_text())
     assert record["kind"] == "policy" and len(record["trained_task_hashes"]) == 2
-    assert (out / "eval" / "policy" / "manifest.json").is_file()
+    assert evaluation["run"].startswith(str(out / "eval" / "policy-"))
+    assert (Path(evaluation["run"]) / "manifest.json").is_file()
 
     # --eval-only with the same settings resumes the finished runs: nothing is collected again.
     shards = sorted((out / "eval").glob("*/data/*.parquet"))
