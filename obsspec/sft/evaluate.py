@@ -40,7 +40,7 @@ Emit = Callable[..., None]  # emit("progress", arm, done, total) / emit("note", 
 
 
 def evaluate_policy(config: EvalPolicyConfig, models_dir: Path, emit: Emit) -> dict:
-    model = resolve_model(config.model, models_dir)
+    model = resolve_model(config.model, models_dir).resolve()  # one identity, however named
     record = read_record(model) or {}
     tasks = held_out_tasks(config.eval.tasks, set(record.get("trained_task_hashes", [])))
     base = config.base or record.get("base")
