@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from obsspec.config import StrictModel
+from obsspec.errors import ConfigError
 from obsspec.rollout.config import EngineOptions
 from obsspec.train.config import TrainSettings
 
@@ -52,11 +53,6 @@ class SFTConfig(StrictModel):
     def _consistent(self) -> SFTConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite contradict each other")
-        if self.evaluate and not self.eval.tasks:
-            raise ValueError(
-                "the evaluation needs held-out tasks: pass --eval-tasks (e.g. tasks of "
-                "`obsspec env generate` with another --seed), or --no-eval"
-            )
         return self
 
 
@@ -69,8 +65,12 @@ class EvalPolicyConfig(StrictModel):
         default_factory=PolicyEvalSettings, description="The evaluation."
     )
 
-    @model_validator(mode="after")
-    def _has_tasks(self) -> EvalPolicyConfig:
-        if not self.eval.tasks:
-            raise ValueError("the evaluation needs held-out tasks: pass --eval-tasks")
-        return self
+
+def check_eval_tasks(settings: PolicyEvalSettings, *, training: bool) -> None:
+    if settings.tasks:
+        return
+    raise ConfigError(
+        "the evaluation needs held-out tasks: pass --eval-tasks (or set sft.eval.tasks in "
+        "--config), e.g. tasks of `obsspec env generate` with another --seed"
+        + (", or --no-eval" if training else "")
+    )

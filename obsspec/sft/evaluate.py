@@ -32,7 +32,7 @@ from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.plan import load_task_set
 from obsspec.runs import read_rows
-from obsspec.sft.config import EvalPolicyConfig, PolicyEvalSettings
+from obsspec.sft.config import EvalPolicyConfig, PolicyEvalSettings, check_eval_tasks
 from obsspec.train.checkpoint import read_record
 from world_model.examples import family_of
 
@@ -40,6 +40,7 @@ Emit = Callable[..., None]  # emit("progress", arm, done, total) / emit("note", 
 
 
 def evaluate_policy(config: EvalPolicyConfig, models_dir: Path, emit: Emit) -> dict:
+    check_eval_tasks(config.eval, training=False)
     model = resolve_model(config.model, models_dir).resolve()  # one identity, however named
     record = read_record(model) or {}
     tasks = held_out_tasks(config.eval.tasks, set(record.get("trained_task_hashes", [])))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from obsspec.models.registry import resolve_model
-from obsspec.sft.config import EvalPolicyConfig, SFTConfig
+from obsspec.sft.config import EvalPolicyConfig, SFTConfig, check_eval_tasks
 from obsspec.sft.data import load_policy_data
 from obsspec.sft.evaluate import evaluate_policy, held_out_tasks
 from obsspec.train import distributed
@@ -36,6 +36,8 @@ def train_policy(
 ) -> dict:
     from transformers import AutoTokenizer
 
+    if config.evaluate:
+        check_eval_tasks(config.eval, training=True)
     base = resolve_model(config.base, models_dir)
     data = load_policy_data(
         config.data, AutoTokenizer.from_pretrained(base), min_reward=config.min_reward

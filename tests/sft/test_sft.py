@@ -14,8 +14,9 @@ from obsspec.errors import ConfigError
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
 from obsspec.runs import read_rows
-from obsspec.sft.config import SFTConfig
+from obsspec.sft.config import EvalPolicyConfig, SFTConfig
 from obsspec.sft.data import load_policy_data
+from obsspec.sft.evaluate import evaluate_policy
 from obsspec.sft.training import train_policy
 from obsspec.train.sequences import Sample, pack
 from tests.cli.test_cli import obsspec
@@ -163,10 +164,12 @@ def test_a_damaged_dataset_is_refused(builder, tmp_path):
         load_policy_data([run], builder.tokenizer)
 
 
-def test_evaluation_needs_held_out_tasks(tmp_path):
-    with pytest.raises(ValueError, match="pass --eval-tasks"):
-        SFTConfig(data=[tmp_path], base="m", out=tmp_path / "o")
-    SFTConfig(data=[tmp_path], base="m", out=tmp_path / "o", evaluate=False)
+def test_evaluation_needs_held_out_tasks(tmp_path, settings):
+    config = SFTConfig(data=[tmp_path], base="m", out=tmp_path / "o")
+    with pytest.raises(ConfigError, match=r"pass --eval-tasks .*, or --no-eval"):
+        train_policy(config, settings.paths.models_dir, lambda _: None, lambda _: None)
+    with pytest.raises(ConfigError, match="pass --eval-tasks"):
+        evaluate_policy(EvalPolicyConfig(model="m"), settings.paths.models_dir, print)
 
 
 @pytest.mark.docker
