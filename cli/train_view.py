@@ -23,7 +23,8 @@ LINE_EVERY_S = 10.0
 
 
 class TrainView:
-    """A context manager; `on_step` and `on_prediction` are the library's callbacks."""
+    """A context manager; `on_step`, `on_prediction` and `on_episodes` are the library's
+    callbacks (training steps, world-model predictions, evaluation episodes)."""
 
     def __init__(self, *, live: bool = True, quiet: bool = False) -> None:
         self.quiet = quiet
