@@ -31,10 +31,29 @@ if ! command -v apt-get >/dev/null 2>&1; then
     echo "No Docker daemon answers and this is not a Debian-like system: install Docker and start it." >&2
     exit 1
 fi
+# A machine image can carry /var/run/docker.pid from a daemon that no longer runs (seen in CI:
+# "pid file found, ensure docker is not running"); dockerd refuses to start while the pid in it
+# is alive, even when that process is not dockerd. Remove it unless it names a live dockerd.
+clear_stale_pid_file() {
+    local pidfile=/var/run/docker.pid pid
+    [ -f "$pidfile" ] || return 0
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null || true)" = dockerd ]; then
+        return 0
+    fi
+    echo "removing stale $pidfile (pid ${pid:-none} is not a running dockerd)"
+    rm -f "$pidfile"
+}
+
 install_missing_packages
 log=/var/log/obsspec-dockerd.log
-echo "starting dockerd in the background (log: $log)"
-nohup dockerd >"$log" 2>&1 &
+if pgrep -x dockerd >/dev/null 2>&1; then
+    echo "a dockerd is already running; waiting for it to answer"
+else
+    clear_stale_pid_file
+    echo "starting dockerd in the background (log: $log)"
+    nohup dockerd >"$log" 2>&1 &
+fi
 for _ in $(seq 1 60); do
     if daemon_answers; then
         echo "Docker daemon is up: $(docker info --format '{{.ServerVersion}}, {{.Driver}}')"
