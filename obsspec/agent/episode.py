@@ -11,12 +11,16 @@ This is the baseline that speculation must beat and reproduce exactly. It reads 
 Episode-ending events are exceptions caught in one place. Infrastructure failures (sandbox,
 engine) end the episode with error_kind "infra" (retryable, masked from training); running
 out of turns, time or context are outcomes of the policy and stay data.
+
+The turn loop is a parameter: the speculative runner (obsspec.speculation) passes its own,
+which builds turns with the same helpers below, so both produce the same trajectories.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from pydantic import Field
 
@@ -28,15 +32,16 @@ from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import (
     CORRECTIVE_OBSERVATIONS,
     SYSTEM_PROMPTS,
+    Action,
     ActionFormat,
     parse_action,
     task_prompt,
 )
 from obsspec.config import StrictModel
 from obsspec.errors import ContextLengthError, ObsspecError
-from obsspec.inference.base import Engine, Sampling
+from obsspec.inference.base import Engine, Generation, Sampling
 from obsspec.trajectory import Trajectory, Turn
-from obsspec.types import render_observation
+from obsspec.types import ExecResult, render_observation
 
 
 class EpisodeLimits(StrictModel):
@@ -65,6 +70,12 @@ def turn_seed(seed: int, turn: int) -> int:
     return (seed * 1_000_003 + turn) % (2**31)
 
 
+TurnLoop = Callable[
+    [Trajectory, TokenContext, DockerSandbox, Engine, ChatContextBuilder, EpisodeLimits],
+    Awaitable[None],
+]
+
+
 async def run_episode(
     task: Task,
     pool: SandboxPool,
@@ -74,7 +85,9 @@ async def run_episode(
     *,
     seed: int = 0,
     model: str = "",
+    loop: TurnLoop | None = None,
 ) -> Trajectory:
+    loop = loop or turn_loop
     fmt = limits.action_format
     prompt = builder.prompt_ids(SYSTEM_PROMPTS[fmt], task_prompt(task.instruction))
     trajectory = Trajectory(task.id, task.content_hash, model, seed, prompt)
@@ -87,7 +100,7 @@ async def run_episode(
         async with asyncio.timeout(deadline):
             sandbox = await pool.acquire()
             trajectory.sandbox_start_s = time.monotonic() - start
-            await turn_loop(trajectory, context, sandbox, engine, builder, limits)
+            await loop(trajectory, context, sandbox, engine, builder, limits)
     except EpisodeEnd as end:
         trajectory.finish_reason = end.reason  # type: ignore[assignment]
         trajectory.declared_done = end.reason == "done"
@@ -124,44 +137,61 @@ async def turn_loop(
     builder: ChatContextBuilder,
     limits: EpisodeLimits,
 ) -> None:
-    fmt = limits.action_format
     for index in range(limits.max_turns):
-        sampling = Sampling(
-            max_tokens=limits.max_tokens,
-            temperature=limits.temperature,
-            seed=turn_seed(trajectory.seed, index),
-        )
+        sampling = turn_sampling(limits, trajectory.seed, index)
         gen = await engine.generate(context.ids, sampling, priority=0)
         context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
-        action = parse_action(gen.text, fmt)
-        turn = Turn(
-            index,
-            gen.text,
-            action.kind,
-            action.command,
-            "",
-            gen.token_ids,
-            gen.logprobs,
-            [],
-            generation_finish=gen.finish_reason,
-            gen_s=gen.timings.total_s,
-            weight_version=gen.weight_version,
-        )
+        turn, action = new_turn(index, gen, limits.action_format)
         trajectory.turns.append(turn)
         if action.kind == "done":
             raise EpisodeEnd("done")
         if action.kind == "invalid":
-            turn.observation = CORRECTIVE_OBSERVATIONS[fmt]
+            turn.observation = CORRECTIVE_OBSERVATIONS[limits.action_format]
         else:
             result = await sandbox.run(action.command, timeout_s=limits.command_timeout_s)
-            turn.observation = render_observation(result, limits.observation_max_chars)
-            turn.exit_code, turn.timed_out, turn.exec_s = (
-                result.exit_code,
-                result.timed_out,
-                result.duration_s,
-            )
-        turn.observation_ids = builder.turn_end_ids(gen.token_ids) + builder.observation_ids(
-            turn.observation
-        )
+            record_result(turn, result, limits)
+        turn.observation_ids = observation_ids(builder, gen.token_ids, turn.observation)
         context.extend(turn.observation_ids, generated=False)
     raise EpisodeEnd("max_turns")
+
+
+def turn_sampling(limits: EpisodeLimits, seed: int, index: int) -> Sampling:
+    return Sampling(
+        max_tokens=limits.max_tokens, temperature=limits.temperature, seed=turn_seed(seed, index)
+    )
+
+
+def new_turn(index: int, gen: Generation, fmt: ActionFormat) -> tuple[Turn, Action]:
+    """The turn of a generation, with its parsed action (observation not yet known)."""
+    action = parse_action(gen.text, fmt)
+    turn = Turn(
+        index,
+        gen.text,
+        action.kind,
+        action.command,
+        "",
+        gen.token_ids,
+        gen.logprobs,
+        [],
+        generation_finish=gen.finish_reason,
+        gen_s=gen.timings.total_s,
+        weight_version=gen.weight_version,
+    )
+    return turn, action
+
+
+def record_result(turn: Turn, result: ExecResult, limits: EpisodeLimits) -> None:
+    turn.observation = render_observation(result, limits.observation_max_chars)
+    turn.exit_code, turn.timed_out, turn.exec_s = (
+        result.exit_code,
+        result.timed_out,
+        result.duration_s,
+    )
+
+
+def observation_ids(
+    builder: ChatContextBuilder, action_ids: list[int], observation: str
+) -> list[int]:
+    """What follows a reply in the context: its end of turn (if cut off), then the observation
+    in the chat template, up to the next generation prompt."""
+    return builder.turn_end_ids(action_ids) + builder.observation_ids(observation)

@@ -5,7 +5,8 @@
 Cancelling the task that awaits `generate` aborts the request inside the engine (its slot is
 freed at once). Lower `priority` values are scheduled first: real turns use 0, speculative
 ones a larger number. `load_weights` swaps weights in place, and every Generation records the
-weight version that produced it.
+weight version that produced it. A caller that may cancel a request and wants to know what it
+cost passes a GenerationProgress, which counts the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class Generation:
     weight_version: int = 0
 
 
+@dataclass
+class GenerationProgress:
+    """Tokens a request has generated so far (engines that stream update it as they go)."""
+
+    tokens: int = 0
+
+
 @dataclass(frozen=True)
 class EngineStats:
     running: int  # requests being decoded
@@ -70,6 +78,7 @@ class Engine(Protocol):
         *,
         request_id: str | None = None,
         priority: int = 0,
+        progress: GenerationProgress | None = None,
     ) -> Generation: ...
 
     async def load_weights(self, checkpoint: Path) -> None: ...

@@ -17,7 +17,13 @@ import uuid
 from pathlib import Path
 
 from obsspec.errors import ContextLengthError, EngineError
-from obsspec.inference.base import EngineStats, Generation, Sampling, Timings
+from obsspec.inference.base import (
+    EngineStats,
+    Generation,
+    GenerationProgress,
+    Sampling,
+    Timings,
+)
 
 METRIC = re.compile(r"^vllm:num_requests_(running|waiting)\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
 
@@ -74,7 +80,9 @@ class OpenAIEngine:
         *,
         request_id: str | None = None,
         priority: int = 0,
+        progress: GenerationProgress | None = None,
     ) -> Generation:
+        """Not streamed: `progress` learns the token count only when the reply is complete."""
         body = {
             "model": self.model,
             "prompt": list(prompt_ids),
@@ -100,6 +108,8 @@ class OpenAIEngine:
             )
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or [0.0] * len(ids)
         total = time.monotonic() - start
+        if progress is not None:
+            progress.tokens = len(ids)
         return Generation(
             list(ids),
             [float(x or 0.0) for x in logprobs],

@@ -3,7 +3,8 @@
     engine = ScriptedEngine(tokenizer, lambda context_text: "```bash\nls\n```")
 
 Each reply is tokenised and ended with the end-of-turn token (as a real model stops), with a
-fixed logprob per token. Optional delays make it behave like a slow model.
+fixed logprob per token. Optional delays make it behave like a slow model; every request is
+kept in `requests` (prompt ids, sampling, priority), so tests can check what was asked.
 """
 
 from __future__ import annotations
@@ -11,9 +12,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from obsspec.inference.base import EngineStats, Generation, Sampling, Timings, context_room
+from obsspec.inference.base import (
+    EngineStats,
+    Generation,
+    GenerationProgress,
+    Sampling,
+    Timings,
+    context_room,
+)
+
+
+@dataclass(frozen=True)
+class ScriptedRequest:
+    prompt_ids: list[int]
+    sampling: Sampling
+    priority: int
 
 
 class ScriptedEngine:
@@ -33,6 +49,7 @@ class ScriptedEngine:
         self.logprob = logprob
         self.weight_version = 0
         self.prompts: list[list[int]] = []  # every context it was asked to continue
+        self.requests: list[ScriptedRequest] = []
         self._running = 0
 
     async def generate(
@@ -42,10 +59,13 @@ class ScriptedEngine:
         *,
         request_id: str | None = None,
         priority: int = 0,
+        progress: GenerationProgress | None = None,
     ) -> Generation:
         context_room(prompt_ids, self.max_model_len)
         start = time.monotonic()
         self.prompts.append(list(prompt_ids))
+        self.requests.append(ScriptedRequest(list(prompt_ids), sampling, priority))
+        progress = progress if progress is not None else GenerationProgress()
         text = self.reply(self.tokenizer.decode(prompt_ids))
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = ids[: sampling.max_tokens]
@@ -57,6 +77,10 @@ class ScriptedEngine:
             await asyncio.sleep(self.seconds_per_token * len(ids))
         finally:
             self._running -= 1
+            # Tokens "generated" by now, as a streaming engine would have counted them.
+            elapsed = time.monotonic() - start
+            rate = self.seconds_per_token
+            progress.tokens = len(ids) if rate == 0 else min(len(ids), int(elapsed / rate))
         total = time.monotonic() - start
         return Generation(
             ids,
@@ -72,6 +96,9 @@ class ScriptedEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(self._running, 0, self.weight_version)
+
+    def unfinished_requests(self) -> int:
+        return self._running
 
     async def aclose(self) -> None:
         pass

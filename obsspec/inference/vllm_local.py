@@ -16,7 +16,14 @@ from pydantic import Field
 
 from obsspec.config import StrictModel
 from obsspec.errors import EngineError
-from obsspec.inference.base import EngineStats, Generation, Sampling, Timings, context_room
+from obsspec.inference.base import (
+    EngineStats,
+    Generation,
+    GenerationProgress,
+    Sampling,
+    Timings,
+    context_room,
+)
 
 
 class EngineSettings(StrictModel):
@@ -133,6 +140,7 @@ class LocalVLLMEngine:
         *,
         request_id: str | None = None,
         priority: int = 0,
+        progress: GenerationProgress | None = None,
     ) -> Generation:
         """Generate from exact prompt token ids. Lower priority values are scheduled first."""
         if self._llm is None:
@@ -145,6 +153,7 @@ class LocalVLLMEngine:
             min(sampling.max_tokens, room),
             request_id or uuid.uuid4().hex,
             priority,
+            progress or GenerationProgress(),
         )
         completion = final.outputs[0]
         ids = list(completion.token_ids)
@@ -159,7 +168,13 @@ class LocalVLLMEngine:
         )
 
     async def _stream(
-        self, prompt_ids, sampling: Sampling, max_tokens: int, request_id: str, priority: int
+        self,
+        prompt_ids,
+        sampling: Sampling,
+        max_tokens: int,
+        request_id: str,
+        priority: int,
+        progress: GenerationProgress,
     ):
         """The final (cumulative) output of one request; engine failures become EngineError."""
         from vllm import SamplingParams
@@ -180,6 +195,7 @@ class LocalVLLMEngine:
                 priority=priority,
             ):
                 final = output
+                progress.tokens = len(output.outputs[0].token_ids)
         except asyncio.CancelledError:
             raise  # the caller cancelled: vLLM aborts the request
         except Exception as e:

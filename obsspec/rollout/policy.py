@@ -33,7 +33,7 @@ class Policy:
     def engine_for(self, task: Task) -> Engine:
         if self.engine is not None:
             return self.engine
-        return oracle_policy(self.builder.tokenizer, task.solution_commands(), self.action_format)
+        return oracle_policy(self.builder, task.solution_commands(), self.action_format)
 
     def limits_for(self, task: Task, limits: EpisodeLimits) -> EpisodeLimits:
         """The oracle needs a turn per solution command plus one to say done."""
