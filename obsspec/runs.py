@@ -43,7 +43,9 @@ def read_rows(run_dir: Path, *, flag: str = "--data") -> list[dict]:
             "is it the --out of an `obsspec collect` run that finished at least one shard?"
         )
     try:
-        return pq.read_table(shards).to_pylist()
+        # Shard by shard: a run resumed after a schema change (e.g. new speculation fields)
+        # holds shards of both schemas, which one table cannot hold.
+        return [row for shard in shards for row in pq.read_table(shard).to_pylist()]
     except (OSError, pa.ArrowException) as e:
         raise ConfigError(f"{flag} {run_dir}: unreadable dataset shard: {e}") from e
 

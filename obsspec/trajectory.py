@@ -16,15 +16,26 @@ FinishReason = Literal["done", "max_turns", "context_length", "deadline", "infra
 
 @dataclass
 class SpeculationRecord:
-    """What speculation did on one turn (filled by the speculative runner)."""
+    """What speculation did about one command turn (filled by the speculative runner).
 
-    attempted: bool = False
+    Counts, not ratios: pooled rates are sums of these over turns and episodes."""
+
+    attempted: bool = False  # the predictor was asked about this command's output
     source: str = ""  # which predictor answered: cache, rules, lm, oracle
-    matched: bool = False  # the prediction equalled the real observation exactly
-    exec_won: bool = False  # the real command finished before the prediction
-    rollback: bool = False  # speculative work was discarded
-    tokens_wasted: int = 0
-    overlap_s: float = 0.0  # policy time that ran while the command ran
+    predictions: int = 0  # distinct predictions it returned (at most the breadth)
+    matched: bool = False  # a prediction equalled the real observation exactly
+    exec_won: bool = False  # the real command finished before any prediction arrived
+    failed: bool = False  # the predictor raised or timed out (the turn ran sequentially)
+    gated: bool = False  # the gate decided speculation would not pay here
+    rollback: bool = False  # speculative work built on this command's predictions was discarded
+    level: int = 0  # unverified turns between the verified context and this command
+    tokens_ahead: int = 0  # policy tokens generated on predicted contexts before reality came
+    tokens_committed: int = 0  # tokens of the kept speculative reply
+    tokens_wasted: int = 0  # policy tokens discarded (aborted replies counted as far as they got)
+    wm_tokens: int = 0  # world-model tokens spent on this command (and discarded deeper guesses)
+    overlap_s: float = 0.0  # seconds the kept reply was generated while the command ran
+    lossless_violation: bool = False  # a kept reply's context differed from the real one (a bug)
+    error: str = ""  # why the predictor failed
 
 
 @dataclass

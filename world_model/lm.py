@@ -39,7 +39,8 @@ class LMPredictor:
         if text is None:
             return []
         confidence = math.exp(sum(generation.logprobs))
-        return [Prediction(text, SOURCE, confidence, time.monotonic() - start)]
+        latency = time.monotonic() - start
+        return [Prediction(text, SOURCE, confidence, latency, len(generation.token_ids))]
 
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         pass  # the world model learns in training, not here

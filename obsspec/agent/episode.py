@@ -87,7 +87,6 @@ async def run_episode(
     model: str = "",
     loop: TurnLoop | None = None,
 ) -> Trajectory:
-    loop = loop or turn_loop
     fmt = limits.action_format
     prompt = builder.prompt_ids(SYSTEM_PROMPTS[fmt], task_prompt(task.instruction))
     trajectory = Trajectory(task.id, task.content_hash, model, seed, prompt)
@@ -100,22 +99,12 @@ async def run_episode(
         async with asyncio.timeout(deadline):
             sandbox = await pool.acquire()
             trajectory.sandbox_start_s = time.monotonic() - start
-            await loop(trajectory, context, sandbox, engine, builder, limits)
-    except EpisodeEnd as end:
-        trajectory.finish_reason = end.reason  # type: ignore[assignment]
-        trajectory.declared_done = end.reason == "done"
-    except ContextLengthError as e:
-        trajectory.finish_reason, trajectory.error = "context_length", str(e)
-        trajectory.error_type = type(e).__name__
+            await play(trajectory, context, sandbox, engine, builder, limits, loop)
     except TimeoutError:
         trajectory.finish_reason = "deadline"
-    except ObsspecError as e:
-        trajectory.finish_reason, trajectory.error = "infra_error", str(e)
-        trajectory.error_kind = "infra" if e.retryable else "model"
-        trajectory.error_type = type(e).__name__
+    except ObsspecError as e:  # the sandbox did not start
+        end_with_error(trajectory, e)
     trajectory.agent_s = time.monotonic() - start - trajectory.sandbox_start_s
-    trajectory.context_ids, trajectory.mask = context.ids, context.mask
-    trajectory.logprobs = context.logprobs
     try:
         if sandbox is not None and trajectory.error_kind is None:
             outcome = await verify(task, sandbox)
@@ -127,6 +116,38 @@ async def run_episode(
         if sandbox is not None:
             await pool.release(sandbox)
     return trajectory
+
+
+async def play(
+    trajectory: Trajectory,
+    context: TokenContext,
+    sandbox: DockerSandbox,
+    engine: Engine,
+    builder: ChatContextBuilder,
+    limits: EpisodeLimits,
+    loop: TurnLoop | None = None,
+) -> None:
+    """The turns of an episode on a started sandbox; how they ended goes into the trajectory
+    (the deadline excepted: it belongs to the caller, who also counts the sandbox start)."""
+    try:
+        await (loop or turn_loop)(trajectory, context, sandbox, engine, builder, limits)
+    except EpisodeEnd as end:
+        trajectory.finish_reason = end.reason  # type: ignore[assignment]
+        trajectory.declared_done = end.reason == "done"
+    except ContextLengthError as e:
+        trajectory.finish_reason, trajectory.error = "context_length", str(e)
+        trajectory.error_type = type(e).__name__
+    except ObsspecError as e:
+        end_with_error(trajectory, e)
+    finally:
+        trajectory.context_ids, trajectory.mask = context.ids, context.mask
+        trajectory.logprobs = context.logprobs
+
+
+def end_with_error(trajectory: Trajectory, error: ObsspecError) -> None:
+    trajectory.finish_reason, trajectory.error = "infra_error", str(error)
+    trajectory.error_kind = "infra" if error.retryable else "model"
+    trajectory.error_type = type(error).__name__
 
 
 async def turn_loop(

@@ -29,11 +29,20 @@ SPECULATION = pa.struct(
     [
         ("attempted", pa.bool_()),
         ("source", pa.string()),
+        ("predictions", pa.int32()),
         ("matched", pa.bool_()),
         ("exec_won", pa.bool_()),
+        ("failed", pa.bool_()),
+        ("gated", pa.bool_()),
         ("rollback", pa.bool_()),
+        ("level", pa.int32()),
+        ("tokens_ahead", pa.int32()),
+        ("tokens_committed", pa.int32()),
         ("tokens_wasted", pa.int32()),
+        ("wm_tokens", pa.int32()),
         ("overlap_s", pa.float64()),
+        ("lossless_violation", pa.bool_()),
+        ("error", pa.string()),
     ]
 )
 TURN = pa.struct(

@@ -36,6 +36,7 @@ class Prediction:
     source: str  # which predictor answered: cache, rules, lm, oracle
     confidence: float  # the predictor's estimate that text is exactly right, 0..1
     latency_s: float = 0.0
+    tokens: int = 0  # tokens a model generated for it (0 for lookups)
 
 
 class Predictor(Protocol):

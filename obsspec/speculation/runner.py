@@ -1,0 +1,417 @@
+"""The speculative turn loop: the next turn starts on a predicted observation, and is kept only
+if the prediction was exactly right.
+
+    loop = SpeculativeLoop(predictor, Gate(), SpeculationSettings(depth=2, breadth=2))
+    trajectory = await run_episode(task, pool, engine, builder, limits, seed=seed, loop=loop)
+
+An episode is a tree of policy replies (nodes). A node's `level` is how many unverified guesses
+its context rests on; the root is generated on the verified context (level 0). When a reply
+parses to a command:
+
+    level 0   the command really runs (only a level-0 node ever runs one, so side effects are
+              real and in order) and, if the gate agrees, the predictor is asked for up to
+              `breadth` guesses of its output
+    level k   (k < depth) only the predictor is asked
+
+Each distinct guess becomes a child: a reply generated on context + reply + guess, at engine
+priority k + 1, so real work is scheduled first. A reply that does not parse gets one child on
+the fixed corrective observation; it is certain, so it does not add a level.
+
+When the real output arrives, the child whose guess equals it exactly (canonical text) is
+kept: its reply, finished or still generating, is the next turn, and its subtree moves up a
+level, which lets deeper guesses start. Every other child is cancelled with its subtree (the
+engine aborts the requests). With no match, a fresh reply starts on the real context. Every
+kept reply was therefore generated on exactly the context, and with the same seed, that the
+sequential loop would have used: lossless. The driver (`SpeculativeEpisode.run`) reads like
+the sequential `turn_loop`; the tree grows in callbacks as replies and predictions arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Iterator
+
+from pydantic import Field
+
+from environments.sandbox import DockerSandbox
+from obsspec.agent.context import ChatContextBuilder, TokenContext
+from obsspec.agent.episode import (
+    EpisodeEnd,
+    EpisodeLimits,
+    new_turn,
+    observation_ids,
+    record_result,
+    turn_sampling,
+)
+from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, Action, parse_action
+from obsspec.config import StrictModel
+from obsspec.errors import ObsspecError
+from obsspec.inference.base import Engine, Generation, GenerationProgress
+from obsspec.speculation.gate import Ask, Gate, GateSettings
+from obsspec.speculation.predictor import Prediction, Predictor, SpeculationContext
+from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
+from obsspec.types import clean_text
+
+Match = Callable[[str, str], bool]
+
+
+def exact_match(guess: str, real: str) -> bool:
+    """Canonical text equality. Guesses are canonicalised before use, and equal texts tokenise
+    to equal ids, so a match means the kept reply's context is the real one token for token."""
+    return guess == real
+
+
+class SpeculationSettings(StrictModel):
+    depth: int = Field(
+        default=1, ge=1, le=8, description="Turns the policy may run ahead on guessed output."
+    )
+    breadth: int = Field(
+        default=1, ge=1, le=8, description="Distinct guesses tried per command, a branch each."
+    )
+    gate: GateSettings = Field(default_factory=GateSettings)
+    predict_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A prediction later than this is given up (recorded as failed).",
+    )
+
+
+class SpeculativeLoop:
+    """A turn loop for `run_episode`. The gate is shared by every episode the loop runs, so
+    its estimates improve as the worker goes."""
+
+    def __init__(
+        self,
+        predictor: Predictor,
+        gate: Gate | None = None,
+        settings: SpeculationSettings | None = None,
+        *,
+        match: Match = exact_match,
+    ) -> None:
+        self.settings = settings or SpeculationSettings()
+        self.predictor = predictor
+        self.gate = gate or Gate(self.settings.gate)
+        self.match = match
+
+    async def __call__(
+        self,
+        trajectory: Trajectory,
+        context: TokenContext,
+        sandbox: DockerSandbox,
+        engine: Engine,
+        builder: ChatContextBuilder,
+        limits: EpisodeLimits,
+    ) -> None:
+        episode = SpeculativeEpisode(self, trajectory, sandbox, engine, builder, limits)
+        await episode.run(context)
+
+
+class Node:
+    """One policy reply for turn `index`, generated on `context`."""
+
+    def __init__(self, index: int, context: TokenContext, level: int, guess: str | None) -> None:
+        self.index = index
+        self.context = context
+        self.level = level
+        self.born_level = level
+        self.guess = guess  # the guessed observation its context ends with (None: verified)
+        self.source = ""  # who guessed it
+        self.certain = False  # rests on a corrective observation, not on a guess
+        self.progress = GenerationProgress()
+        self.started = time.monotonic()
+        self.finished_at: float | None = None
+        self.generation: asyncio.Task[Generation] | None = None
+        self.action: Action | None = None
+        self.record = SpeculationRecord(level=level)  # about this node's own command
+        self.parent_record: SpeculationRecord | None = None  # the record whose guess it rests on
+        self.predicting: asyncio.Task[None] | None = None
+        self.predict_s = 0.0
+        self.guesses: list[str] = []
+        self.children: list[Node] = []
+        self.exec_started: float | None = None
+        self.closed = False
+
+    def subtree(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.subtree()
+
+    def reply(self) -> Generation | None:
+        task = self.generation
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return None
+        return task.result()
+
+    def tokens_so_far(self) -> int:
+        reply = self.reply()
+        return len(reply.token_ids) if reply is not None else self.progress.tokens
+
+
+class SpeculativeEpisode:
+    def __init__(
+        self,
+        loop: SpeculativeLoop,
+        trajectory: Trajectory,
+        sandbox: DockerSandbox,
+        engine: Engine,
+        builder: ChatContextBuilder,
+        limits: EpisodeLimits,
+    ) -> None:
+        self.loop = loop
+        self.settings = loop.settings
+        self.gate = loop.gate
+        self.trajectory = trajectory
+        self.sandbox = sandbox
+        self.engine = engine
+        self.builder = builder
+        self.limits = limits
+        self.tasks: set[asyncio.Task] = set()
+
+    # --- the driver: the sequential loop, reading replies from the tree --------------------
+    async def run(self, context: TokenContext) -> None:
+        node = self.spawn(0, copy_context(context), level=0, guess=None)
+        try:
+            while True:
+                gen = await self.real_reply(node)
+                self.check_lossless(node, context)
+                context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
+                turn, action = new_turn(node.index, gen, self.limits.action_format)
+                self.trajectory.turns.append(turn)
+                if action.kind == "done":
+                    raise EpisodeEnd("done")
+                if action.kind == "invalid":
+                    turn.observation = CORRECTIVE_OBSERVATIONS[self.limits.action_format]
+                else:
+                    await self.execute(node, turn, action.command)
+                turn.observation_ids = observation_ids(
+                    self.builder, gen.token_ids, turn.observation
+                )
+                context.extend(turn.observation_ids, generated=False)
+                if node.index + 1 >= self.limits.max_turns:
+                    raise EpisodeEnd("max_turns")
+                node = self.advance(node, turn, context)
+        finally:
+            await self.cancel_all()
+
+    async def real_reply(self, node: Node) -> Generation:
+        """The node's reply, now that its context is verified."""
+        assert node.generation is not None
+        try:
+            gen = await node.generation
+        except ObsspecError:
+            if node.born_level == 0:
+                raise
+            # Begun on a guess, it failed (e.g. refused while the engine was busy); the
+            # sequential loop would ask on this same context now, so ask again as real work.
+            self.start_generation(node)
+            gen = await node.generation
+        if node.parent_record is not None and not node.certain:
+            node.parent_record.tokens_committed = len(gen.token_ids)
+        if node.born_level == 0:
+            self.gate.observe_generation(gen.timings.total_s)
+        return gen
+
+    async def execute(self, node: Node, turn: Turn, command: str) -> None:
+        """Run the command for real while the predictions (and replies on them) go on."""
+        turn.speculation = node.record
+        node.exec_started = time.monotonic()
+        self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
+        result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
+        record_result(turn, result, self.limits)
+        self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
+        self.loop.predictor.observe(self.speculation_context(node), command, turn.observation)
+
+    def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:
+        """The real observation is in: keep the child that guessed it, drop the rest."""
+        now = time.monotonic()
+        record = node.record
+        if node.predicting is not None and not node.predicting.done():
+            node.predicting.cancel()
+            record.exec_won = True
+        turn.predict_s = node.predict_s
+        if turn.action == "command" and node.guesses:
+            matched = any(self.loop.match(guess, turn.observation) for guess in node.guesses)
+            record.matched = matched
+            self.gate.observe_outcome(turn.command, record.source, matched)
+        kept = next(
+            (
+                child
+                for child in node.children
+                if child.certain or self.loop.match(child.guess or "", turn.observation)
+            ),
+            None,
+        )
+        record.tokens_ahead = sum(n.tokens_so_far() for c in node.children for n in c.subtree())
+        for child in node.children:
+            if child is not kept:
+                self.drop(child, record)
+        node.children = []
+        if kept is None:
+            return self.spawn(node.index + 1, copy_context(context), level=0, guess=None)
+        if not kept.certain:
+            record.source = kept.source
+            start = max(kept.started, node.exec_started or kept.started)
+            record.overlap_s = max(0.0, min(kept.finished_at or now, now) - start)
+        shift = kept.level  # 1 for a guess, 0 for a certain child
+        for descendant in kept.subtree():
+            descendant.level -= shift
+        for descendant in kept.subtree():
+            self.maybe_predict(descendant)
+        return kept
+
+    # --- growing the tree ------------------------------------------------------------------
+    def spawn(self, index: int, context: TokenContext, *, level: int, guess: str | None) -> Node:
+        node = Node(index, context, level, guess)
+        self.start_generation(node)
+        return node
+
+    def start_generation(self, node: Node) -> None:
+        sampling = turn_sampling(self.limits, self.trajectory.seed, node.index)
+        node.progress = GenerationProgress()
+        node.generation = self.start(
+            self.engine.generate(
+                node.context.ids, sampling, priority=node.level, progress=node.progress
+            )
+        )
+        node.generation.add_done_callback(lambda _: self.on_reply(node))
+
+    def on_reply(self, node: Node) -> None:
+        gen = node.reply()
+        if node.closed or gen is None:
+            return
+        node.finished_at = time.monotonic()
+        node.action = parse_action(gen.text, self.limits.action_format)
+        if node.index + 1 >= self.limits.max_turns:
+            return
+        if node.action.kind == "invalid":
+            corrective = CORRECTIVE_OBSERVATIONS[self.limits.action_format]
+            child = self.spawn(
+                node.index + 1, self.child_context(node, corrective), level=node.level, guess=None
+            )
+            child.certain = True
+            node.children.append(child)
+        elif node.action.kind == "command":
+            self.maybe_predict(node)
+
+    def maybe_predict(self, node: Node) -> None:
+        action = node.action
+        if node.closed or node.predicting is not None or node.record.gated:
+            return
+        if action is None or action.kind != "command":
+            return
+        if node.level >= self.settings.depth or node.index + 1 >= self.limits.max_turns:
+            return
+        if not self.gate.should_predict(self.ask(node)):
+            node.record.gated = True
+            return
+        node.record.attempted, node.record.level = True, node.level
+        node.predicting = self.start(self.predict(node))
+
+    async def predict(self, node: Node) -> None:
+        assert node.action is not None
+        command, record = node.action.command, node.record
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(self.settings.predict_timeout_s):
+                predictions = await self.loop.predictor.predict(
+                    self.speculation_context(node), command, self.settings.breadth
+                )
+        except Exception as e:  # a predictor failure costs the speculation, never the episode
+            record.failed = True
+            record.error = describe(e, self.settings.predict_timeout_s)
+            return
+        node.predict_s = time.monotonic() - start
+        self.gate.observe_prediction(node.predict_s)
+        guesses = distinct_guesses(predictions, self.settings.breadth)
+        node.guesses = [text for text, _ in guesses]
+        record.predictions = len(guesses)
+        record.source = guesses[0][1].source if guesses else ""
+        record.wm_tokens += sum(p.tokens for p in predictions)
+        for text, prediction in guesses:
+            if node.closed or not self.gate.should_branch(self.ask(node), prediction):
+                continue
+            child = self.spawn(
+                node.index + 1, self.child_context(node, text), level=node.level + 1, guess=text
+            )
+            child.source, child.parent_record = prediction.source, record
+            node.children.append(child)
+
+    # --- pruning and clean-up --------------------------------------------------------------
+    def drop(self, node: Node, record: SpeculationRecord) -> None:
+        """Cancel a discarded branch and everything built on it; charge its cost to record."""
+        record.rollback = True
+        for n in node.subtree():
+            n.closed = True
+            record.tokens_wasted += n.tokens_so_far()
+            record.wm_tokens += n.record.wm_tokens  # guesses made on a discarded branch
+            for task in (n.generation, n.predicting):
+                if task is not None and not task.done():
+                    task.cancel()
+
+    async def cancel_all(self) -> None:
+        """Nothing outlives the episode: every request is aborted and every task awaited."""
+        pending = [task for task in self.tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def start(self, coroutine: Coroutine) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed speculative reply is not an unhandled error
+
+    # --- helpers ---------------------------------------------------------------------------
+    def child_context(self, node: Node, observation: str) -> TokenContext:
+        gen = node.reply()
+        assert gen is not None
+        context = copy_context(node.context)
+        context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
+        context.extend(observation_ids(self.builder, gen.token_ids, observation), generated=False)
+        return context
+
+    def speculation_context(self, node: Node) -> SpeculationContext:
+        gen = node.reply()
+        assert gen is not None
+        return SpeculationContext(self.trajectory.task_hash, (*node.context.ids, *gen.token_ids))
+
+    def ask(self, node: Node) -> Ask:
+        stats = self.engine.stats()
+        elapsed = 0.0 if node.exec_started is None else time.monotonic() - node.exec_started
+        assert node.action is not None
+        return Ask(
+            self.trajectory.task_hash, node.action.command, stats.running + stats.waiting, elapsed
+        )
+
+    def check_lossless(self, node: Node, context: TokenContext) -> None:
+        """A kept reply must have been generated on the real context; record it if not (a
+        broken matcher or predictor would show up here and in the tests)."""
+        if node.parent_record is not None and node.context.ids != context.ids:
+            node.parent_record.lossless_violation = True
+
+
+def copy_context(context: TokenContext) -> TokenContext:
+    return TokenContext(list(context.ids), list(context.mask), list(context.logprobs))
+
+
+def distinct_guesses(predictions: list[Prediction], breadth: int) -> list[tuple[str, Prediction]]:
+    """Canonical texts, first occurrence wins, at most `breadth`."""
+    seen: dict[str, Prediction] = {}
+    for prediction in predictions:
+        text = clean_text(prediction.text)
+        if text not in seen:
+            seen[text] = prediction
+    return list(seen.items())[:breadth]
+
+
+def describe(error: Exception, timeout_s: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no prediction within {timeout_s:g} s"
+    return f"{type(error).__name__}: {error}"[:300]
