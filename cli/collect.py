@@ -24,11 +24,13 @@ from cli.common import (
 )
 from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import ObsspecError
+from obsspec.speculation.gate import GateMode
 
 T = TypeVar("T")
 RUN = "Run"
 ENGINE = "Engine"
 SCALE = "Scale-out (Ray)"
+SPECULATION = "Speculation"
 
 
 def collect(
@@ -122,6 +124,53 @@ def collect(
             rich_help_panel=SCALE,
         ),
     ] = None,
+    speculate: Annotated[
+        bool,
+        typer.Option(
+            "--speculate",
+            help="Start each next turn on a predicted observation while the command runs; "
+            "kept only on an exact match, so the data are what a sequential run gives.",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = False,
+    world_model: Annotated[
+        str | None,
+        typer.Option(
+            "--world-model",
+            help="World model (name or HF dir, same tokenizer as the policy) behind the cache "
+            "and rule predictors \[default: none].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
+    depth: Annotated[
+        int | None,
+        typer.Option(
+            "--depth",
+            min=1,
+            max=8,
+            help="Turns the policy may run ahead on guesses \[default: 1].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
+    breadth: Annotated[
+        int | None,
+        typer.Option(
+            "--breadth",
+            min=1,
+            max=8,
+            help="Distinct guesses tried per command \[default: 1].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
+    gate: Annotated[
+        GateMode | None,
+        typer.Option(
+            "--gate",
+            help="When to speculate: always, never, or auto (when the expected saving beats "
+            "the expected cost) \[default: auto].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -156,6 +205,15 @@ def collect(
         "ray_address": ray_address,
         "limits": drop_unset(limits),
         "engine": {"server": server} if server else {},
+        "speculation": drop_unset(
+            {
+                "enabled": speculate or None,
+                "world_model": world_model,
+                "depth": depth,
+                "breadth": breadth,
+                "gate": {"mode": gate} if gate else None,
+            }
+        ),
     }
     flags = drop_unset(flags)
     collect_config = load_collect_config(config, flags, default_policy=settings.default_model)

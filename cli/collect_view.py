@@ -135,5 +135,21 @@ def summary_table(summary: dict) -> Table:
     )
     if summary["skipped_tasks"]:
         table.add_row("skipped tasks", "\n".join(summary["skipped_tasks"]))
+    if summary.get("speculation"):
+        table.add_row("speculation", speculation_line(summary["speculation"]))
     table.add_row("seconds", f"{summary['elapsed_s']:.1f}")
     return table
+
+
+def speculation_line(s: dict) -> str:
+    """Pooled over the invocation's episodes: what was tried, what hit, what it cost."""
+
+    def pct(rate: float | None) -> str:
+        return "-" if rate is None else f"{rate:.0%}"
+
+    return (
+        f"{s['attempted']}/{s['command_turns']} commands predicted, "
+        f"{s['matched']} exact ({pct(s['match_rate_attempted'])}), "
+        f"{s['kept']} replies kept, {s['exec_won']} too late, {s['failed']} failed; "
+        f"{s['overlap_s']:.1f} s overlapped; {s['tokens_wasted']} policy tokens discarded"
+    )

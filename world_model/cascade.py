@@ -33,3 +33,12 @@ class CascadePredictor:
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         for predictor in self.predictors:
             predictor.observe(context, command, observation)
+
+
+def default_cascade(last: Predictor | None = None, threshold: float = 0.5) -> CascadePredictor:
+    """Cache, then rules, then `last` (the world model, or recorded answers) when given."""
+    from world_model.cache import CachePredictor
+    from world_model.rules import RulePredictor
+
+    predictors: list[Predictor] = [CachePredictor(), RulePredictor()]
+    return CascadePredictor([*predictors, last] if last is not None else predictors, threshold)

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 
 from obsspec.errors import ContextLengthError
 from obsspec.speculation.predictor import Prediction, SpeculationContext
-from world_model.cache import CachePredictor
-from world_model.cascade import CascadePredictor
+from world_model.cascade import default_cascade
 from world_model.config import EvalSettings
 from world_model.examples import Example
 from world_model.lm import LMPredictor
-from world_model.rules import RulePredictor
 
 LENGTH_BUCKETS = [(1, 8), (9, 32), (33, 128), (129, None)]  # observation tokens
 NO_ANSWER = "none"
@@ -79,7 +77,7 @@ async def replay_cascade(
     recorded = Recorded(
         {(e.context.key, e.command): a for e, a in zip(examples, answers, strict=True) if a}
     )
-    cascade = CascadePredictor([CachePredictor(), RulePredictor(), recorded], threshold)
+    cascade = default_cascade(recorded, threshold)
     chosen: list[Prediction | None] = []
     for example in examples:
         found = await cascade.predict(example.context, example.command)

@@ -1,12 +1,13 @@
 """LMPredictor: the world model on an Engine, greedy, stopped at the end of an observation.
 
-The confidence is the probability the model gives its own greedy answer (the product of the
-token probabilities), so a long uncertain prediction is not trusted like a short sure one.
-An answer cut off at `max_tokens` is no answer.
+The confidence is the probability the model gives its own answer (the product of the token
+probabilities), so a long uncertain prediction is not trusted like a short sure one. An
+answer cut off at `max_tokens` is no answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -29,18 +30,27 @@ class LMPredictor:
     async def predict(
         self, context: SpeculationContext, command: str, n: int = 1
     ) -> list[Prediction]:
+        """The greedy answer first; for n > 1 also n - 1 samples at temperature 1 (distinct
+        seeds, asked at once), as the reference does for breadth. Every answer's tokens are
+        counted, even duplicates and answers cut off: they were all paid for."""
         start = time.monotonic()
-        generation = await self.engine.generate(
-            self.prompt.prompt_ids(context.ids),
-            Sampling(max_tokens=self.max_tokens, temperature=0.0),
-            priority=self.priority,
+        prompt = self.prompt.prompt_ids(context.ids)
+        samplings = [Sampling(max_tokens=self.max_tokens, temperature=0.0)] + [
+            Sampling(max_tokens=self.max_tokens, temperature=1.0, seed=rank) for rank in range(1, n)
+        ]
+        generations = await asyncio.gather(
+            *(self.engine.generate(prompt, s, priority=self.priority) for s in samplings)
         )
-        text = self.prompt.observation_text(generation.token_ids)
-        if text is None:
-            return []
-        confidence = math.exp(sum(generation.logprobs))
         latency = time.monotonic() - start
-        return [Prediction(text, SOURCE, confidence, latency, len(generation.token_ids))]
+        spent = sum(len(g.token_ids) for g in generations)
+        predictions = []
+        for generation in generations:
+            text = self.prompt.observation_text(generation.token_ids)
+            if text is not None:
+                confidence = math.exp(sum(generation.logprobs))
+                predictions.append(Prediction(text, SOURCE, confidence, latency, spent))
+                spent = 0  # charged once, on the first answer
+        return predictions
 
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         pass  # the world model learns in training, not here

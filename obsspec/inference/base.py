@@ -26,6 +26,10 @@ class Sampling(StrictModel):
     temperature: float = Field(default=0.0, ge=0, description="0 means greedy.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     seed: int | None = Field(default=None, description="Per-request seed for reproducibility.")
+    ignore_eos: bool = Field(
+        default=False,
+        description="Keep going past the end-of-turn token (benchmarks: a fixed reply length).",
+    )
 
 
 @dataclass(frozen=True)

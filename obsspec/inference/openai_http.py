@@ -97,6 +97,8 @@ class OpenAIEngine:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.ignore_eos:
+            body["ignore_eos"] = True  # a vLLM extension of the completions API
         start = time.monotonic()
         response = await self._post(body)
         choice = response["choices"][0]

@@ -1,6 +1,7 @@
-"""A deterministic engine for tests: replies are a function of the context, nothing else.
+"""Deterministic engines for tests and benchmarks: replies are a function of the context.
 
     engine = ScriptedEngine(tokenizer, lambda context_text: "```bash\nls\n```")
+    paced = PacedEngine(real_engine, engine, min_tokens=64)
 
 Each reply is tokenised and ended with the end-of-turn token (as a real model stops), with a
 fixed logprob per token. Optional delays make it behave like a slow model; every request is
@@ -99,6 +100,63 @@ class ScriptedEngine:
 
     def unfinished_requests(self) -> int:
         return self._running
+
+    async def aclose(self) -> None:
+        pass
+
+
+class PacedEngine:
+    """A ScriptedEngine's replies at a real engine's pace: each request also runs on the real
+    engine (same prompt, seed and priority, `min_tokens` or the reply's length, whichever is
+    more, past any end-of-turn token), and the reply arrives when that generation ends. So a
+    workload of known commands gets real generation times, real scheduling and real aborts
+    (cancelling aborts the real request), while staying deterministic."""
+
+    def __init__(self, engine, script: ScriptedEngine, *, min_tokens: int = 0) -> None:
+        self.engine = engine
+        self.script = script
+        self.min_tokens = min_tokens
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
+        progress: GenerationProgress | None = None,
+    ) -> Generation:
+        scripted = await self.script.generate(prompt_ids, sampling, priority=priority)
+        paced = sampling.model_copy(
+            update={
+                "max_tokens": max(self.min_tokens, len(scripted.token_ids)),
+                "ignore_eos": True,
+            }
+        )
+        real = await self.engine.generate(
+            prompt_ids, paced, request_id=request_id, priority=priority, progress=progress
+        )
+        return Generation(
+            scripted.token_ids,
+            scripted.logprobs,
+            scripted.text,
+            scripted.finish_reason,
+            real.timings,
+            real.weight_version,
+        )
+
+    @property
+    def requests(self) -> list[ScriptedRequest]:
+        return self.script.requests
+
+    async def load_weights(self, checkpoint: Path) -> None:
+        await self.engine.load_weights(checkpoint)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def unfinished_requests(self) -> int:
+        return self.engine.unfinished_requests()
 
     async def aclose(self) -> None:
         pass

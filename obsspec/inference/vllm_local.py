@@ -184,6 +184,7 @@ class LocalVLLMEngine:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             seed=sampling.seed,
+            ignore_eos=sampling.ignore_eos,
             logprobs=0,
         )
         final = None

@@ -4,8 +4,8 @@
 
 It reads top to bottom:
 
-    check the policy's model and load the tasks (broken ones are reported and skipped, or
-    fatal with strict)
+    check the policy's model (and the world model's tokenizer) and load the tasks (broken
+    ones are reported and skipped, or fatal with strict)
     check the run directory (writable, free space), lock it, and claim it: a new run, or the
     same run resumed (a different run there is refused unless overwrite)
     read which episodes the finished shards already hold; plan the rest
@@ -30,6 +30,7 @@ from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipp
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
 from obsspec.rollout.policy import policy_model
 from obsspec.rollout.rundir import RunDir, now
+from obsspec.rollout.speculation import check_world_model
 from obsspec.rollout.stats import CollectStats
 from obsspec.rollout.worker import WorkerJob, run_worker
 
@@ -42,11 +43,13 @@ async def collect(
     on_event: OnEvent = lambda _event, _stats: None,
     *,
     engine: Engine | None = None,
+    wm_engine: Engine | None = None,
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
-    # Bad input fails before anything is made: an unknown model, no tasks, a broken task
-    # under strict, then an unusable run directory.
+    # Bad input fails before anything is made: an unknown model or world model (or one with
+    # another tokenizer), no tasks, a broken task under strict, an unusable run directory.
     policy_model(config, models_dir)
+    check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
     rundir = RunDir(config.out)
     rundir.preflight(config.min_free_mb)
@@ -81,7 +84,9 @@ async def collect(
             handle(TaskSkipped(path, reason))
         write_progress(rundir, manifest, stats)
         try:
-            await run_workers(config, models_dir, tasks, items, manifest["run_id"], handle, engine)
+            await run_workers(
+                config, models_dir, tasks, items, manifest["run_id"], handle, engine, wm_engine
+            )
         except BaseException as e:
             stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
             write_progress(rundir, manifest, stats, status="interrupted" if stopped else "failed")
@@ -99,6 +104,7 @@ async def run_workers(
     run_id: str,
     handle: Callable[[Event], None],
     engine: Engine | None,
+    wm_engine: Engine | None = None,
 ) -> None:
     session = uuid.uuid4().hex[:8]  # shard names of this invocation never collide
     workers = max(config.workers, 1)
@@ -115,7 +121,7 @@ async def run_workers(
         for index in range(workers)
     ]
     if config.workers == 0:
-        await run_worker(jobs[0], handle, engine=engine)
+        await run_worker(jobs[0], handle, engine=engine, wm_engine=wm_engine)
     else:
         from obsspec.rollout.ray_workers import run_on_ray
 

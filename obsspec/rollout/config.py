@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
+from obsspec.speculation.runner import SpeculationSettings
 
 
 def collect_limits() -> EpisodeLimits:
@@ -24,6 +25,30 @@ class EngineOptions(StrictModel):
         default=None, description="An OpenAI-compatible server URL instead of vLLM in process."
     )
     served_name: str | None = Field(default=None, description="Model name on the server.")
+
+
+class SpeculationConfig(SpeculationSettings):
+    """The runner's settings (depth, breadth, gate, predict_timeout_s) and its predictors."""
+
+    enabled: bool = Field(
+        default=False, description="Run episodes speculatively (the data stay the same)."
+    )
+    world_model: str | None = Field(
+        default=None,
+        description="World model (name or HF directory) behind the cache and rules "
+        "[default: cache and rules only].",
+    )
+    threshold: float = Field(
+        default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
+    )
+    wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
+    wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+
+    @model_validator(mode="after")
+    def _world_model_needs_speculation(self) -> SpeculationConfig:
+        if self.world_model and not self.enabled:
+            raise ValueError("world_model (--world-model) is only used with speculation on")
+        return self
 
 
 class CollectConfig(StrictModel):
@@ -76,6 +101,7 @@ class CollectConfig(StrictModel):
     min_free_mb: int = Field(
         default=64, ge=0, description="Refuse to start with less free disk in the run directory."
     )
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
 
     @model_validator(mode="after")
     def _ray_needs_workers(self) -> CollectConfig:
@@ -90,7 +116,8 @@ class CollectConfig(StrictModel):
         return self.policy == ORACLE
 
     def identity(self) -> dict[str, Any]:
-        """What decides the data: two invocations with the same identity extend one run."""
+        """What decides the data: two invocations with the same identity extend one run.
+        Speculation is not part of it: it changes how fast episodes come, not what they are."""
         return {
             "tasks": os.path.abspath(self.tasks),
             "policy": self.policy,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from obsspec.speculation.totals import SpeculationTotals
 from obsspec.trajectory import Trajectory
 
 
@@ -23,6 +24,7 @@ class EpisodeDone:
     error_type: str | None  # a model-side error kept as data (e.g. ContextLengthError)
     attempts: int
     seconds: float
+    speculation: SpeculationTotals | None = None  # None: the episode ran sequentially
 
     @classmethod
     def of(cls, worker: int, index: int, t: Trajectory, attempts: int) -> EpisodeDone:
@@ -37,6 +39,7 @@ class EpisodeDone:
             t.error_type,
             attempts,
             t.sandbox_start_s + t.agent_s + t.verifier_s,
+            SpeculationTotals.of_turns(t.turns) if any(u.speculation for u in t.turns) else None,
         )
 
 

@@ -14,6 +14,7 @@ from obsspec.rollout.events import (
     TaskSkipped,
     WorkerReady,
 )
+from obsspec.speculation.totals import SpeculationTotals
 
 
 @dataclass
@@ -34,6 +35,7 @@ class CollectStats:
     skipped_episodes: int = 0
     shards: int = 0
     saved: int = 0  # episodes in shards written by this invocation
+    speculation: SpeculationTotals | None = None  # pooled over speculative episodes
 
     def update(self, event: Event) -> None:
         match event:
@@ -45,6 +47,8 @@ class CollectStats:
                 if event.reward is not None:
                     self.rewards.append(event.reward)
                     self.successes += event.reward == 1.0
+                if event.speculation is not None:
+                    self.speculation = (self.speculation or SpeculationTotals()) + event.speculation
             case AttemptFailed(final=True):
                 self.failures[event.error_type] += 1
             case AttemptFailed():
@@ -120,4 +124,5 @@ class CollectStats:
             "shards": self.shards,
             "elapsed_s": round(self.elapsed_s, 2),
             "collecting_s": round(self.collecting_s, 2),
+            "speculation": self.speculation.summary() if self.speculation else None,
         }

@@ -5,7 +5,8 @@ It reads top to bottom:
     connect to Docker under a fresh run id (its containers are removed however it ends), and
     remove the containers that dead runs on this host left behind (e.g. a killed collect)
     build the images of its tasks (a task whose image fails is reported and skipped)
-    load the policy (tokenizer + engine, or the oracle)
+    load the policy (tokenizer + engine, or the oracle), and the speculative loop if asked
+    (predictors, the world model's engine)
     run the work items, `concurrency` at a time; each episode is retried while the
     infrastructure fails (up to max_attempts), then written to the shard buffer
     on any exit (done, error, Ctrl-C / cancellation): write the finished rows as a shard
@@ -43,7 +44,9 @@ from obsspec.rollout.events import (
 )
 from obsspec.rollout.plan import WorkItem
 from obsspec.rollout.policy import Policy, open_policy
+from obsspec.rollout.speculation import open_speculation
 from obsspec.runs import DATA_DIR
+from obsspec.speculation.runner import SpeculativeLoop
 
 Emit = Callable[[Event], None]
 
@@ -65,7 +68,9 @@ class WorkerJob:
     worker: int = 0
 
 
-async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None) -> None:
+async def run_worker(
+    job: WorkerJob, emit: Emit, *, engine: Engine | None = None, wm_engine: Engine | None = None
+) -> None:
     config = job.config
     tasks = {task.id: task for task in job.tasks}
     with run_scope(f"collect-w{job.worker}") as (client, docker_run):
@@ -79,6 +84,7 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
             return
         async with (
             open_policy(config, job.models_dir, engine=engine) as policy,
+            open_speculation(config, job.models_dir, policy, wm_engine=wm_engine) as loop,
             TaskPools(client, docker_run, tasks, images, items, config.sandbox_cpuset) as pools,
         ):
             writer = ShardWriter(
@@ -90,7 +96,7 @@ async def run_worker(job: WorkerJob, emit: Emit, *, engine: Engine | None = None
             )
             emit(WorkerReady(job.worker, len(items)))
             try:
-                await run_items(job, items, tasks, policy, pools, writer, emit)
+                await run_items(job, items, tasks, Runner(policy, loop), pools, writer, emit)
             finally:
                 writer.close()  # finished episodes are kept, whatever stopped the run
 
@@ -120,7 +126,7 @@ async def run_items(
     job: WorkerJob,
     items: list[WorkItem],
     tasks: dict[str, Task],
-    policy: Policy,
+    runner: Runner,
     pools: TaskPools,
     writer: ShardWriter,
     emit: Emit,
@@ -131,7 +137,7 @@ async def run_items(
     async def one(item: WorkItem) -> None:
         nonlocal failed_in_a_row
         async with gate:
-            row = await run_item(job, item, tasks[item.task_id], policy, pools, emit)
+            row = await run_item(job, item, tasks[item.task_id], runner, pools, emit)
         failed_in_a_row = 0 if row is not None else failed_in_a_row + 1
         if failed_in_a_row >= job.config.give_up_after:
             raise InfrastructureDown(
@@ -169,12 +175,20 @@ def first_failure(group: BaseExceptionGroup) -> BaseException:
     return next((e for e in leaves if isinstance(e, ObsspecError)), leaves[0])
 
 
+@dataclass(frozen=True)
+class Runner:
+    """How a worker plays episodes: the policy, and the speculative loop (None: sequential)."""
+
+    policy: Policy
+    loop: SpeculativeLoop | None
+
+
 async def run_item(
-    job: WorkerJob, item: WorkItem, task: Task, policy: Policy, pools: TaskPools, emit: Emit
+    job: WorkerJob, item: WorkItem, task: Task, runner: Runner, pools: TaskPools, emit: Emit
 ) -> dict | None:
     """One episode, retried while the infrastructure fails; its row, or None if it never
     succeeded (recorded as a failure, left for a rerun)."""
-    config = job.config
+    config, policy = job.config, runner.policy
     limits = policy.limits_for(task, config.limits)
     for attempt in range(1, config.max_attempts + 1):
         trajectory = await run_episode(
@@ -185,6 +199,7 @@ async def run_item(
             limits,
             seed=item.seed,
             model=policy.name,
+            loop=runner.loop,
         )
         if trajectory.error_kind != "infra":
             emit(EpisodeDone.of(job.worker, item.episode_index, trajectory, attempt))

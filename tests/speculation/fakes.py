@@ -112,6 +112,7 @@ class TablePredictor:
         true = self.truth.get((context.key, command))
         guess = true or f"{command}: a guess\n[exit code: 0]"
         wrong = [near_miss(guess), "(no output)\n[exit code: 0]", near_miss(guess)]
+        wrong = [text for text in wrong if text != true]  # wrong guesses are never right
         right = true is not None and unit(self.salt, context.key, "right") < self.accuracy
         texts = [*wrong[: n - 1], guess] if right else wrong[:n]
         return [Prediction(text, "table", self.confidence, self.delay_s) for text in texts]

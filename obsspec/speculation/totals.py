@@ -1,0 +1,120 @@
+"""Speculation counted over turns, episodes and runs: sums of counts, rates only at the end.
+
+    totals = SpeculationTotals.of_turns(trajectory.turns)      # one episode
+    run = sum((SpeculationTotals.of_row(row) for row in rows), SpeculationTotals())
+    run.summary()["match_rate_attempted"]
+
+Rates are pooled (a sum of hits over a sum of attempts), never means of per-episode ratios,
+so a short episode weighs what its turns weigh. Two match rates, because the field reports
+them differently:
+
+    match_rate_attempted = matched / attempted                 every command the predictor
+                                                               was asked about
+    match_rate_used      = matched / (attempted - exec_won - failed - empty)
+                                                               only guesses that arrived in
+                                                               time (the reference's "exact
+                                                               fraction"; it flatters)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+
+from obsspec.trajectory import SpeculationRecord, Turn
+
+
+@dataclass
+class SpeculationTotals:
+    command_turns: int = 0  # turns that ran a command (speculated on or not)
+    attempted: int = 0
+    matched: int = 0
+    exec_won: int = 0
+    failed: int = 0
+    empty: int = 0  # the predictor answered, with nothing to offer
+    gated: int = 0
+    rollbacks: int = 0
+    kept: int = 0  # speculative replies committed
+    tokens_ahead: int = 0
+    tokens_committed: int = 0
+    tokens_wasted: int = 0
+    wm_tokens: int = 0
+    overlap_s: float = 0.0
+    predict_s: float = 0.0  # summed over turns with a prediction
+    exec_s: float = 0.0  # summed over command turns
+    lossless_violations: int = 0
+
+    def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
+        """One command turn and its record (None: the turn ran sequentially)."""
+        self.command_turns += 1
+        self.exec_s += exec_s
+        if record is None:
+            return
+        r = record if isinstance(record, Mapping) else asdict(record)
+        self.attempted += bool(r.get("attempted"))
+        self.matched += bool(r.get("matched"))
+        self.exec_won += bool(r.get("exec_won"))
+        self.failed += bool(r.get("failed"))
+        self.empty += bool(
+            r.get("attempted")
+            and not r.get("exec_won")
+            and not r.get("failed")
+            and not r.get("predictions")
+        )
+        self.gated += bool(r.get("gated"))
+        self.rollbacks += bool(r.get("rollback"))
+        self.kept += bool(r.get("tokens_committed"))
+        self.tokens_ahead += r.get("tokens_ahead") or 0
+        self.tokens_committed += r.get("tokens_committed") or 0
+        self.tokens_wasted += r.get("tokens_wasted") or 0
+        self.wm_tokens += r.get("wm_tokens") or 0
+        self.overlap_s += r.get("overlap_s") or 0.0
+        self.lossless_violations += bool(r.get("lossless_violation"))
+        self.predict_s += predict_s
+
+    @classmethod
+    def of_turns(cls, turns: Iterable[Turn]) -> SpeculationTotals:
+        totals = cls()
+        for turn in turns:
+            if turn.action == "command":
+                totals.add(turn.speculation, predict_s=turn.predict_s, exec_s=turn.exec_s)
+        return totals
+
+    @classmethod
+    def of_row(cls, row: Mapping) -> SpeculationTotals:
+        """The same from a dataset row (obsspec.rollout.dataset)."""
+        totals = cls()
+        for turn in row["turns"]:
+            if turn["action"] == "command":
+                totals.add(
+                    turn.get("speculation"),
+                    predict_s=turn.get("predict_s") or 0.0,
+                    exec_s=turn.get("exec_s") or 0.0,
+                )
+        return totals
+
+    def __add__(self, other: SpeculationTotals) -> SpeculationTotals:
+        return SpeculationTotals(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+    @property
+    def used(self) -> int:
+        return self.attempted - self.exec_won - self.failed - self.empty
+
+    def summary(self) -> dict:
+        def rate(part: float, whole: float) -> float | None:
+            return round(part / whole, 4) if whole else None
+
+        return {
+            **{
+                f.name: round(v, 3) if isinstance(v := getattr(self, f.name), float) else v
+                for f in fields(self)
+            },
+            "match_rate_attempted": rate(self.matched, self.attempted),
+            "match_rate_used": rate(self.matched, self.used),
+            "exec_won_rate": rate(self.exec_won, self.attempted),
+            "failed_rate": rate(self.failed, self.attempted),
+            "attempt_rate": rate(self.attempted, self.command_turns),
+            "tokens_wasted_per_committed": rate(self.tokens_wasted, self.tokens_committed),
+        }
