@@ -5,16 +5,19 @@ The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmeti
     S = min(G, E - P)            seconds a hit saves: the next reply overlaps the command
     p                            the chance that a prediction is exactly right
     L = running + waiting        requests the policy engine serves besides this one
-    speculate  iff  S >= min_saving_s  and  p*S > (1 - p)*contention*L*S + overhead_s
+    speculate  iff  S >= min_saving_s  and
+                    p*S > (1 - p)*S*(waste_weight + contention*L) + overhead_s
 
     E  expected seconds of the command: an online mean per (task, command family), falling
        back to the family's, then to `prior_exec_s`. Every real execution updates it, so a
        family of fast commands stops being speculated on after its first run.
     G  expected seconds of a policy reply (online mean of real replies).
     P  expected seconds of a prediction (online mean).
-    A miss costs the others on the engine: its wasted reply runs beside L requests for about
-    S seconds and slows each by the fraction `contention`; `overhead_s` is the fixed cost of
-    an attempt (predictor call, abort, bookkeeping).
+    A miss wastes about S seconds of engine time, which counts as `waste_weight` seconds of
+    latency each (compute is not free even on an idle engine: with the default 0.1, an idle
+    engine is used only when p > 0.09), and it slows the L other requests by the fraction
+    `contention` each for that long; `overhead_s` is the fixed cost of an attempt (predictor
+    call, abort, bookkeeping).
 
 It is asked twice. Before predicting (`should_predict`), p is the command family's hit rate
 over all predictor sources, starting from `prior_hit_rate`. After the prediction arrives
@@ -27,6 +30,7 @@ command has already run instead of P.
 from __future__ import annotations
 
 import enum
+import re
 import shlex
 from collections import defaultdict
 from dataclasses import dataclass
@@ -56,6 +60,11 @@ class GateSettings(StrictModel):
         ge=0,
         description="Pseudo-counts given to a prediction's confidence against its record.",
     )
+    waste_weight: float = Field(
+        default=0.1,
+        ge=0,
+        description="Seconds of latency one second of wasted engine time is worth avoiding.",
+    )
     contention: float = Field(
         default=0.05,
         ge=0,
@@ -67,6 +76,7 @@ class GateSettings(StrictModel):
     )
 
 
+_NUMBER = re.compile(r"[0-9.]+[smhd]?")
 # Words that run another command: the family is that command's.
 _WRAPPERS = {"sudo", "time", "env", "nice", "nohup", "timeout", "command", "exec", "xargs"}
 
@@ -92,8 +102,12 @@ def command_family(command: str) -> str:
 
 
 def _program(words: list[str]) -> str:
+    """The first word that is not an assignment, a wrapper, an option or a wrapper's number
+    (`timeout 5 cmd`, `nice -n 10 cmd`)."""
     for word in words:
         if "=" in word.split("/")[0] or word in _WRAPPERS or word.startswith("-"):
+            continue
+        if _NUMBER.fullmatch(word):
             continue
         return word.rsplit("/", 1)[-1]
     return ""
@@ -183,7 +197,8 @@ class Gate:
         s = self.settings
         if saving < s.min_saving_s:
             return False
-        return p * saving > (1 - p) * s.contention * load * saving + s.overhead_s
+        miss_cost = (1 - p) * saving * (s.waste_weight + s.contention * load)
+        return p * saving > miss_cost + s.overhead_s
 
     # --- learning ------------------------------------------------------------------------
     def observe_execution(self, task_hash: str, command: str, seconds: float) -> None:
