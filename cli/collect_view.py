@@ -44,9 +44,11 @@ def event_line(event: Event, stats: CollectStats) -> str | None:
     match event:
         case EpisodeDone():
             reward = "not verified" if event.reward is None else f"{event.reward:g}"
+            spec = event.speculation
+            guessed = f", {spec.matched}/{spec.attempted} guessed" if spec else ""
             return (
                 f"{event.task_id} #{event.episode_index}: reward {reward} ({event.finish_reason}, "
-                f"{event.turns} turns, {event.seconds:.1f} s) | {progress_text(stats)}"
+                f"{event.turns} turns{guessed}, {event.seconds:.1f} s) | {progress_text(stats)}"
             )
         case AttemptFailed():
             then = "gave up (a rerun retries it)" if event.final else "retrying"
@@ -115,7 +117,19 @@ class CollectView:
             f"errors: {errors}",
             f"shards {stats.shards}",
         )
-        return Group(grid, details)
+        if stats.speculation is None:
+            return Group(grid, details)
+        spec = stats.speculation.summary()
+        rate = spec["match_rate_attempted"]
+        speculation = Table.grid(padding=(0, 2))
+        speculation.add_row(
+            f"speculated {spec['attempted']}/{spec['command_turns']} commands",
+            f"exact {'-' if rate is None else f'{rate:.0%}'}",
+            f"kept {spec['kept']}",
+            f"overlapped {spec['overlap_s']:.1f} s",
+            f"discarded {spec['tokens_wasted']} tokens",
+        )
+        return Group(grid, details, speculation)
 
 
 def summary_table(summary: dict) -> Table:

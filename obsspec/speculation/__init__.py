@@ -1,1 +1,1 @@
-"""Observation speculation: the Predictor contract, and (later) the speculative runner."""
+"""Observation speculation: the Predictor contract, the speculative runner and its gate."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 
 from pydantic import Field
 
@@ -44,14 +44,14 @@ from obsspec.agent.episode import (
     record_result,
     turn_sampling,
 )
-from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, Action, parse_action
+from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, parse_action
 from obsspec.config import StrictModel
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
 from obsspec.speculation.gate import Ask, Gate, GateSettings
-from obsspec.speculation.predictor import Prediction, Predictor, SpeculationContext
+from obsspec.speculation.node import Node, copy_context, distinct_guesses
+from obsspec.speculation.predictor import Predictor, SpeculationContext
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
-from obsspec.types import clean_text
 
 Match = Callable[[str, str], bool]
 
@@ -105,47 +105,6 @@ class SpeculativeLoop:
     ) -> None:
         episode = SpeculativeEpisode(self, trajectory, sandbox, engine, builder, limits)
         await episode.run(context)
-
-
-class Node:
-    """One policy reply for turn `index`, generated on `context`."""
-
-    def __init__(self, index: int, context: TokenContext, level: int, guess: str | None) -> None:
-        self.index = index
-        self.context = context
-        self.level = level
-        self.born_level = level
-        self.guess = guess  # the guessed observation its context ends with (None: verified)
-        self.source = ""  # who guessed it
-        self.certain = False  # rests on a corrective observation, not on a guess
-        self.progress = GenerationProgress()
-        self.started = time.monotonic()
-        self.finished_at: float | None = None
-        self.generation: asyncio.Task[Generation] | None = None
-        self.action: Action | None = None
-        self.record = SpeculationRecord(level=level)  # about this node's own command
-        self.parent_record: SpeculationRecord | None = None  # the record whose guess it rests on
-        self.predicting: asyncio.Task[None] | None = None
-        self.predict_s = 0.0
-        self.guesses: list[str] = []
-        self.children: list[Node] = []
-        self.exec_started: float | None = None
-        self.closed = False
-
-    def subtree(self) -> Iterator[Node]:
-        yield self
-        for child in self.children:
-            yield from child.subtree()
-
-    def reply(self) -> Generation | None:
-        task = self.generation
-        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
-            return None
-        return task.result()
-
-    def tokens_so_far(self) -> int:
-        reply = self.reply()
-        return len(reply.token_ids) if reply is not None else self.progress.tokens
 
 
 class SpeculativeEpisode:
@@ -395,20 +354,6 @@ class SpeculativeEpisode:
         broken matcher or predictor would show up here and in the tests)."""
         if node.parent_record is not None and node.context.ids != context.ids:
             node.parent_record.lossless_violation = True
-
-
-def copy_context(context: TokenContext) -> TokenContext:
-    return TokenContext(list(context.ids), list(context.mask), list(context.logprobs))
-
-
-def distinct_guesses(predictions: list[Prediction], breadth: int) -> list[tuple[str, Prediction]]:
-    """Canonical texts, first occurrence wins, at most `breadth`."""
-    seen: dict[str, Prediction] = {}
-    for prediction in predictions:
-        text = clean_text(prediction.text)
-        if text not in seen:
-            seen[text] = prediction
-    return list(seen.items())[:breadth]
 
 
 def describe(error: Exception, timeout_s: float) -> str:
