@@ -163,13 +163,31 @@ class SpeculativeEpisode:
                 raise
             # Begun on a guess, it failed (e.g. refused while the engine was busy); the
             # sequential loop would ask on this same context now, so ask again as real work.
-            self.start_generation(node)
-            gen = await node.generation
+            gen = await self.regenerate(node)
+        if node.born_level > 0 and gen.weight_version != self.engine.stats().weight_version:
+            # Begun on a guess before the weights changed (RL syncs them between steps): the
+            # sequential loop would have used the new weights, so this reply cannot be kept.
+            gen = await self.regenerate(node)
         if node.parent_record is not None and not node.certain:
             node.parent_record.tokens_committed = len(gen.token_ids)
         if node.born_level == 0:
             self.gate.observe_generation(gen.timings.total_s)
         return gen
+
+    async def regenerate(self, node: Node) -> Generation:
+        """Generate the node's reply again as real work; whatever was built on the old reply
+        (guesses, replies on them) goes, charged to the record whose guess the node rests on."""
+        waste = node.parent_record or SpeculationRecord()
+        for child in node.children:
+            self.drop(child, waste)
+        if node.predicting is not None:
+            node.predicting.cancel()
+        node.children, node.guesses, node.predicting, node.action = [], [], None, None
+        node.record = SpeculationRecord(level=node.level)
+        node.born_level = 0
+        self.start_generation(node)
+        assert node.generation is not None
+        return await node.generation
 
     async def execute(self, node: Node, turn: Turn, command: str) -> None:
         """Run the command for real while the predictions (and replies on them) go on."""

@@ -121,3 +121,39 @@ async def test_discarded_branches_are_counted(builder):
     records = command_records(trajectory)[:-1]
     assert records and all(r.rollback and not r.matched and r.predictions == 2 for r in records)
     assert all(r.tokens_wasted > 0 and r.tokens_committed == 0 for r in records)
+
+
+class WeightSyncSandbox(FakeSandbox):
+    """Swaps the policy's weights halfway through the first command (as RL does between
+    steps), after the speculative reply on the guess was generated."""
+
+    def __init__(self, engine, exec_s: float) -> None:
+        super().__init__(exec_s)
+        self.engine = engine
+
+    async def run(self, command: str, timeout_s: float = 60.0):
+        if not self.executed:
+            await asyncio.sleep(self.exec_s / 2)
+            await self.engine.load_weights(None)
+        return await super().run(command, timeout_s)
+
+
+async def test_a_reply_begun_before_a_weight_update_is_not_kept(builder):
+    from tests.speculation.fakes import truth_of
+
+    engine = fake_policy(builder.tokenizer)
+    sequential, context = new_episode(builder, 3)
+    await play(sequential, context, FakeSandbox(0.05), engine, builder, LIMITS)
+    spec_engine = fake_policy(builder.tokenizer)
+    predictor = TablePredictor(truth_of(sequential))
+    trajectory = await play_speculative(
+        builder, predictor, WeightSyncSandbox(spec_engine, 0.1), spec_engine, always()
+    )
+    turns = trajectory.turns
+    assert len(turns) >= 3 and turns[0].action == "command"
+    assert turns[0].speculation.matched  # the guess was right...
+    assert turns[1].weight_version == 1  # ...but the reply on it was made again, new weights
+    assert [t.action_ids for t in turns] == [t.action_ids for t in sequential.turns]
+    second_context = list(trajectory.prompt_ids) + turns[0].action_ids + turns[0].observation_ids
+    asked = [r.priority for r in spec_engine.requests if r.prompt_ids == second_context]
+    assert asked == [1, 0]  # speculatively, then as real work
