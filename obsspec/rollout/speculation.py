@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from obsspec.errors import ModelError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.rollout.config import CollectConfig
@@ -33,9 +34,13 @@ def check_world_model(config: CollectConfig, models_dir: Path) -> None:
     name = config.speculation.world_model
     if not config.speculation.enabled or name is None:
         return
+    try:
+        wm_dir = resolve_model(name, models_dir)
+    except ModelError as e:
+        raise type(e)(f"--world-model (speculation.world_model): {e}", hint=e.hint) from e
     check_same_tokenizer(
         AutoTokenizer.from_pretrained(policy_model(config, models_dir)),
-        AutoTokenizer.from_pretrained(resolve_model(name, models_dir)),
+        AutoTokenizer.from_pretrained(wm_dir),
         policy=config.policy,
         wm=name,
     )

@@ -140,3 +140,13 @@ def test_world_model_without_speculate_names_the_flags(tmp_path):
     )
     assert result.returncode != 0
     assert "--world-model" in result.stderr and "speculation" in result.stderr
+
+
+def test_an_unknown_world_model_names_the_flag(tmp_path):
+    result = obsspec(
+        "collect", "--tasks", str(tmp_path), "--out", str(tmp_path / "o"), "--speculate",
+        "--world-model", "no-such-wm",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "--world-model (speculation.world_model): 'no-such-wm'" in result.stderr
+    assert not (tmp_path / "o").exists()
