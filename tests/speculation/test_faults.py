@@ -22,10 +22,11 @@ def command_records(trajectory):
 
 
 async def play_speculative(builder, predictor, sandbox, engine, settings, seed=3):
+    before = asyncio.all_tasks()  # e.g. a vLLM engine's own tasks, when the session has one
     trajectory, context = new_episode(builder, seed)
     loop = SpeculativeLoop(predictor, settings=settings)
     await play(trajectory, context, sandbox, engine, builder, LIMITS, loop)
-    assert asyncio.all_tasks() == {asyncio.current_task()}  # no task outlives the episode
+    assert asyncio.all_tasks() <= before  # no task outlives the episode
     assert engine.unfinished_requests() == 0
     return trajectory
 
@@ -102,12 +103,13 @@ async def test_the_deadline_cancels_speculation_too(builder):
     engine = fake_policy(builder.tokenizer, seconds_per_token=0.01)
     trajectory, context = new_episode(builder, 3)
     loop = SpeculativeLoop(predictor, settings=always(depth=3, breadth=2))
+    before = asyncio.all_tasks()
     try:
         async with asyncio.timeout(0.3):
             await play(trajectory, context, FakeSandbox(0.2), engine, builder, LIMITS, loop)
     except TimeoutError:
         pass
-    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert asyncio.all_tasks() <= before
     assert engine.unfinished_requests() == 0
 
 
