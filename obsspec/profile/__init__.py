@@ -1,0 +1,1 @@
+"""`obsspec profile`: sequential vs speculative vs oracle on the same episodes."""

@@ -1,0 +1,116 @@
+"""Profile figures from hand-made rows: pooled, per-episode medians, intervals, breakdowns."""
+
+from __future__ import annotations
+
+import pytest
+
+from obsspec.profile.figures import ArmEpisodes, profile_figures
+
+
+def record(**fields) -> dict:
+    base = {
+        "attempted": True,
+        "source": "lm",
+        "predictions": 1,
+        "matched": False,
+        "exec_won": False,
+        "failed": False,
+        "gated": False,
+        "rollback": False,
+        "level": 0,
+        "tokens_ahead": 0,
+        "tokens_committed": 0,
+        "tokens_wasted": 0,
+        "wm_tokens": 0,
+        "overlap_s": 0.0,
+        "lossless_violation": False,
+        "error": "",
+    }
+    return base | fields
+
+
+def turn(command: str, exec_s: float, predict_s: float = 0.0, speculation=None, tokens=10):
+    return {
+        "action": "command",
+        "command": command,
+        "action_ids": list(range(tokens)),
+        "exec_s": exec_s,
+        "predict_s": predict_s,
+        "speculation": speculation,
+    }
+
+
+def row(agent_s: float, turns: list[dict]) -> dict:
+    done = {"action": "done", "command": "", "action_ids": [1, 2], "exec_s": 0.0}
+    return {
+        "agent_s": agent_s,
+        "sandbox_start_s": 1.0,
+        "verifier_s": 0.5,
+        "turns": [*turns, done | {"predict_s": 0.0, "speculation": None}],
+    }
+
+
+def episodes() -> list[ArmEpisodes]:
+    seq_turns = [turn("make", 2.0), turn("ls", 0.01)]
+    hit = record(matched=True, tokens_committed=12, overlap_s=1.5)
+    miss = record(rollback=True, tokens_wasted=6)
+    late = record(exec_won=True, predictions=0, source="")
+    return [
+        ArmEpisodes(
+            seq=row(10.0, seq_turns),
+            spec=row(8.0, [turn("cd src && make", 2.0, 0.5, hit), turn("ls", 0.01, 0.0, late)]),
+            oracle=row(6.0, seq_turns),
+        ),
+        ArmEpisodes(
+            seq=row(20.0, seq_turns),
+            spec=row(10.0, [turn("make -j2", 4.0, 1.0, miss), turn("grep x f", 1.0, 0.25, hit)]),
+            oracle=row(10.0, seq_turns),
+        ),
+    ]
+
+
+def test_latency_figures_are_pooled_and_per_episode():
+    figures = profile_figures(episodes())
+    assert figures["latency_reduction"] == pytest.approx(1 - 18 / 30)
+    assert figures["latency_reduction_median"] == pytest.approx((0.2 + 0.5) / 2)
+    assert figures["oracle_latency_reduction"] == pytest.approx(1 - 16 / 30, abs=1e-4)
+    assert figures["oracle_fraction"] == pytest.approx(0.4 / (14 / 30), abs=1e-3)
+    low, high = figures["latency_reduction_ci95"]
+    assert 0.2 <= low <= figures["latency_reduction"] <= high <= 0.5
+
+
+def test_match_rates_speedup_waste_and_violations():
+    figures = profile_figures(episodes())
+    assert figures["match_rate_attempted"] == pytest.approx(2 / 4, abs=1e-4)
+    assert figures["match_rate_used"] == pytest.approx(
+        2 / 3, abs=1e-4
+    )  # the late guess: not "used"
+    assert figures["exec_won_rate"] == pytest.approx(1 / 4, abs=1e-4)
+    assert figures["predictor_speedup_p50"] == pytest.approx(4.0)  # 2/.5, 4/1, 1/.25
+    committed = 4 * 10 + 2 * 2  # every action token of the speculative arm
+    assert figures["tokens_wasted_fraction"] == pytest.approx(6 / committed, abs=1e-4)
+    assert figures["lossless_violations"] == 0
+    broken = episodes()
+    broken[0].spec["turns"][0]["speculation"] = record(lossless_violation=True)
+    assert profile_figures(broken)["lossless_violations"] == 1
+
+
+def test_breakdowns_by_family_and_source():
+    figures = profile_figures(episodes())
+    make = figures["by_family"]["make"]
+    assert make["command_turns"] == 2 and make["matched"] == 1 and make["attempted"] == 2
+    assert set(figures["by_family"]) == {"make", "ls", "grep"}
+    assert figures["by_source"]["lm"]["attempted"] == 3
+    assert figures["by_source"]["(no answer)"]["exec_won"] == 1
+    assert figures["phases"]["spec"] == {
+        "episodes": 2,
+        "agent_s_mean": 9.0,
+        "sandbox_start_s_mean": 1.0,
+        "verifier_s_mean": 0.5,
+    }
+
+
+def test_one_episode_has_no_interval():
+    figures = profile_figures(episodes()[:1])
+    assert figures["latency_reduction_ci95"] is None
+    assert figures["latency_reduction"] == pytest.approx(0.2)
