@@ -27,7 +27,9 @@ def unit(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-def fake_policy(tokenizer, *, seconds_per_token: float = 0.0, salt: int = 0) -> ScriptedEngine:
+def fake_policy(
+    tokenizer, *, seconds_per_token: float = 0.0, salt: int = 0, commands: list[str] = COMMANDS
+) -> ScriptedEngine:
     """Replies are a function of the whole context: mostly commands, sometimes done, prose
     (an invalid action) or a reply too long for the token limit."""
 
@@ -39,7 +41,7 @@ def fake_policy(tokenizer, *, seconds_per_token: float = 0.0, salt: int = 0) -> 
             return "Let me think about what to do next."
         if u < 0.2:
             return "```bash\necho " + "very long output " * 40 + "\n```"
-        command = COMMANDS[int(unit(salt, context, "c") * len(COMMANDS))]
+        command = commands[int(unit(salt, context, "c") * len(commands))]
         return format_action(Action("command", command), ActionFormat.markdown)
 
     return ScriptedEngine(tokenizer, reply, seconds_per_token=seconds_per_token)

@@ -1,0 +1,128 @@
+"""`obsspec profile`: sequential vs speculative vs oracle on the same episodes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.collect import stop_on_sigterm
+from cli.common import (
+    CacheDirOption,
+    ConfigOption,
+    JsonOption,
+    drop_unset,
+    emit_json,
+    err,
+    global_config,
+    out,
+)
+from cli.profile_view import figures_table, printer
+from obsspec.speculation.gate import GateMode
+
+SPECULATION = "Speculation"
+
+
+def profile(
+    tasks: Annotated[
+        str | None,
+        typer.Option("--tasks", help="Task directory, directory of tasks, or glob."),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="Model name or HF directory \\[default: the default model]."),
+    ] = None,
+    world_model: Annotated[
+        str | None,
+        typer.Option(
+            "--world-model",
+            help="World model behind the cache and rules (same tokenizer as the policy).",
+        ),
+    ] = None,
+    episodes_per_task: Annotated[
+        int | None,
+        typer.Option("--episodes-per-task", "-k", min=1, help="Episodes per task and arm."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Base seed \\[default: 0].")] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write each arm's dataset and report.json here."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an earlier profile in --out.")
+    ] = False,
+    depth: Annotated[
+        int | None,
+        typer.Option(
+            "--depth",
+            min=1,
+            max=8,
+            help="Turns ahead on guesses \\[default: 1].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
+    breadth: Annotated[
+        int | None,
+        typer.Option(
+            "--breadth",
+            min=1,
+            max=8,
+            help="Guesses per command \\[default: 1].",
+            rich_help_panel=SPECULATION,
+        ),
+    ] = None,
+    gate: Annotated[
+        GateMode | None,
+        typer.Option(
+            "--gate", help="always, never or auto \\[default: auto].", rich_help_panel=SPECULATION
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+    cache_dir: CacheDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run the same episodes sequentially, speculatively and with an oracle, and compare.
+
+    The oracle is a perfect instant predictor: the ceiling. Arms are interleaved per episode.
+
+    Latency is the agent's turns per episode (sandbox start and verifier apart).
+
+    Rates are pooled; latency reductions also come as medians with bootstrap 95% intervals.
+
+    Limits, engine, gate parameters and oracle_delay_s: the \\[profile] table of --config.
+    """
+    from obsspec.profile.config import load_profile_config
+    from obsspec.profile.run import profile as run_profile
+
+    settings = global_config(config, cache_dir)
+    speculation = drop_unset(
+        {"depth": depth, "breadth": breadth, "gate": {"mode": gate} if gate else None}
+    )
+    flags: dict[str, Any] = drop_unset(
+        {
+            "tasks": tasks,
+            "policy": policy,
+            "world_model": world_model,
+            "episodes_per_task": episodes_per_task,
+            "seed": seed,
+            "out": out_dir,
+            "overwrite": overwrite or None,
+            "speculation": speculation,
+        }
+    )
+    profile_config = load_profile_config(config, flags, default_policy=settings.default_model)
+    try:
+        report = asyncio.run(
+            stop_on_sigterm(run_profile(profile_config, settings.paths.models_dir, printer(err)))
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err.print("interrupted: nothing was written to report.json")
+        raise typer.Exit(130) from None
+    if json_output:
+        emit_json(report)
+        return
+    out.print(figures_table(report))
+    if profile_config.out is not None:
+        out.print(f"report: {profile_config.out / 'report.json'}")

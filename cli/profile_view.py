@@ -1,0 +1,86 @@
+"""How `obsspec profile` shows its work: one line per arm episode, then the figures."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from obsspec.profile.run import ArmDone, EpisodeLost
+from obsspec.rollout.events import Note, TaskSkipped
+
+
+def event_line(event) -> str | None:
+    match event:
+        case ArmDone(arm="seq"):
+            return (
+                f"{event.task_id} #{event.episode_index} sequential: {event.agent_s:.1f} s, "
+                f"{event.turns} turns"
+            )
+        case ArmDone():
+            name = "speculative" if event.arm == "spec" else "oracle"
+            return (
+                f"{event.task_id} #{event.episode_index} {name}: {event.agent_s:.1f} s, "
+                f"{event.turns} turns, {event.matched}/{event.attempted} guesses kept"
+            )
+        case EpisodeLost():
+            return (
+                f"{event.task_id} #{event.episode_index}: left out, the {event.arm} arm failed "
+                f"every attempt ({event.error})"
+            )
+        case TaskSkipped():
+            return f"skipped task {event.task_id}: {event.reason}"
+        case Note():
+            return event.message
+    return None
+
+
+def printer(console: Console):
+    def show(event) -> None:
+        line = event_line(event)
+        if line is not None:
+            console.print(escape(line), highlight=False, soft_wrap=True)
+
+    return show
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def interval(values: list[float] | None) -> str:
+    return "" if not values else f"  [{values[0]:.1%}, {values[1]:.1%}]"
+
+
+def figures_table(report: dict) -> Table:
+    table = Table(title=f"profile of {report['episodes']} episode(s) per arm", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    phases = report["phases"]
+    for arm, name in (("seq", "sequential"), ("spec", "speculative"), ("oracle", "oracle")):
+        mean = phases[arm]["agent_s_mean"]
+        table.add_row(f"{name} s/episode", "-" if mean is None else f"{mean:.2f}")
+    table.add_row(
+        "latency reduction",
+        f"{pct(report['latency_reduction'])} pooled, "
+        f"{pct(report['latency_reduction_median'])} median"
+        + interval(report["latency_reduction_ci95"]),
+    )
+    table.add_row(
+        "oracle (ceiling)",
+        pct(report["oracle_latency_reduction"]) + interval(report["oracle_latency_reduction_ci95"]),
+    )
+    table.add_row("fraction of ceiling", pct(report["oracle_fraction"]))
+    table.add_row(
+        "exact match",
+        f"{pct(report['match_rate_attempted'])} of attempted, "
+        f"{pct(report['match_rate_used'])} of used",
+    )
+    table.add_row("real output first", pct(report["exec_won_rate"]))
+    speedup = report["predictor_speedup_p50"]
+    table.add_row("predictor speed-up p50", "-" if speedup is None else f"{speedup:.1f}x")
+    table.add_row("policy tokens wasted", pct(report["tokens_wasted_fraction"]))
+    table.add_row("lossless violations", str(report["lossless_violations"]))
+    if report["lost_episodes"]:
+        table.add_row("left out", str(len(report["lost_episodes"])))
+    return table

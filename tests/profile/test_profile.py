@@ -1,0 +1,121 @@
+"""`obsspec profile` end to end on real sandboxes and a real engine, and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from obsspec.errors import ConfigError, ObsspecError
+from obsspec.inference.scripted import PacedEngine
+from obsspec.profile.config import ProfileConfig
+from obsspec.profile.run import profile
+from obsspec.runs import read_rows
+from tests.cli.test_cli import obsspec
+from tests.rollout.test_collect import greeting_tasks
+from tests.speculation.fakes import fake_policy
+
+pytestmark = pytest.mark.docker
+
+KEYS = (
+    "latency_reduction",
+    "latency_reduction_median",
+    "latency_reduction_ci95",
+    "oracle_latency_reduction",
+    "oracle_fraction",
+    "match_rate_attempted",
+    "match_rate_used",
+    "exec_won_rate",
+    "predictor_speedup_p50",
+    "tokens_wasted_fraction",
+    "lossless_violations",
+    "by_family",
+    "by_source",
+)
+
+
+def paced(tiny_engine, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    # commands whose output does not change between runs (no `date`): the oracle arm replays
+    # the sequential arm's outputs
+    commands = ["ls /srv", "cat /srv/user.txt", "echo hi", "pwd", "ls -la /root"]
+    script = fake_policy(tokenizer, salt=1, commands=commands)
+    return PacedEngine(tiny_engine, script, min_tokens=16)
+
+
+async def test_three_arms_on_the_same_episodes(
+    tmp_path, settings, base_image, tiny_engine, tiny_model_dir
+):
+    config = ProfileConfig.model_validate(
+        {
+            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a", "greet-b"])),
+            "policy": str(tiny_model_dir),
+            "out": tmp_path / "profile",
+            "limits": {"max_turns": 4, "max_tokens": 64, "temperature": 0.5},
+            "speculation": {"gate": {"mode": "always"}},
+        }
+    )
+    events = []
+    engine = paced(tiny_engine, tiny_model_dir)
+    report = await profile(config, settings.paths.models_dir, events.append, engine=engine)
+
+    assert all(key in report for key in KEYS)
+    assert report["episodes"] == 2 and report["lost_episodes"] == []
+    assert report["lossless_violations"] == 0
+    # The oracle replays the sequential episode's outputs: every guess it makes is exact.
+    oracle = report["oracle_speculation"]
+    assert oracle["attempted"] > 0 and oracle["matched"] == oracle["attempted"] - oracle["exec_won"]
+    arms = {arm: read_rows(config.out / "arms" / arm) for arm in ("seq", "spec", "oracle")}
+    assert all(len(rows) == 2 for rows in arms.values())
+    for seq, oracle_row in zip(arms["seq"], arms["oracle"], strict=True):
+        assert seq["context_ids"] == oracle_row["context_ids"]  # deterministic policy
+    assert json.loads((config.out / "report.json").read_text())["episodes"] == 2
+    assert [e.arm for e in events if hasattr(e, "arm")] == ["seq", "spec", "oracle"] * 2
+
+    with pytest.raises(ConfigError, match="exists; choose another directory, or --overwrite"):
+        await profile(config, settings.paths.models_dir, engine=engine)
+    again = config.model_copy(update={"overwrite": True, "episodes_per_task": 1})
+    assert (await profile(again, settings.paths.models_dir, engine=engine))["episodes"] == 2
+
+
+async def test_tasks_that_all_fail_to_build_stop_with_a_clear_error(
+    tmp_path, settings, base_image, tiny_model_dir
+):
+    tasks = greeting_tasks(tmp_path / "tasks", ["broken-a", "broken-b"])
+    for name in ("broken-a", "broken-b"):
+        dockerfile = tasks / name / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + "RUN exit 3\n")
+    config = ProfileConfig(tasks=str(tasks), policy=str(tiny_model_dir))
+    with pytest.raises(ObsspecError, match="no task image could be built; nothing to profile"):
+        await profile(config, settings.paths.models_dir)
+
+
+def test_bad_flags_are_named(tmp_path):
+    result = obsspec("profile", "--tasks", str(tmp_path), "--episodes-per-task", "0")
+    assert result.returncode != 0 and "--episodes-per-task" in result.stderr
+    tasks = greeting_tasks(tmp_path / "tasks", ["greet-a"])
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("not a profile")
+    result = obsspec("profile", "--tasks", str(tasks), "--out", str(keep), "--overwrite")
+    assert result.returncode != 0 and "not a profile's; not deleting them" in result.stderr
+    assert (keep / "mine.txt").exists()
+
+
+def test_a_world_model_with_another_tokenizer_is_refused(tmp_path, tiny_model_dir):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    other = tmp_path / "other-wm"
+    shutil.copytree(tiny_model_dir, other)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.add_tokens(["<obsspec-extra>"])
+    tokenizer.save_pretrained(other)
+    result = obsspec(
+        "profile", "--tasks", str(tmp_path), "--policy", str(tiny_model_dir),
+        "--world-model", str(other),
+    )  # fmt: skip
+    assert result.returncode != 0 and "different tokenizers" in result.stderr
