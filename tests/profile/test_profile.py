@@ -50,10 +50,11 @@ async def test_three_arms_on_the_same_episodes(
 ):
     config = ProfileConfig.model_validate(
         {
-            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a", "greet-b"])),
+            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a"])),
             "policy": str(tiny_model_dir),
+            "episodes_per_task": 2,
             "out": tmp_path / "profile",
-            "limits": {"max_turns": 4, "max_tokens": 64, "temperature": 0.5},
+            "limits": {"max_turns": 3, "max_tokens": 64, "temperature": 0.5},
             "speculation": {"gate": {"mode": "always"}},
         }
     )
@@ -77,7 +78,7 @@ async def test_three_arms_on_the_same_episodes(
     with pytest.raises(ConfigError, match="exists; choose another directory, or --overwrite"):
         await profile(config, settings.paths.models_dir, engine=engine)
     again = config.model_copy(update={"overwrite": True, "episodes_per_task": 1})
-    assert (await profile(again, settings.paths.models_dir, engine=engine))["episodes"] == 2
+    assert (await profile(again, settings.paths.models_dir, engine=engine))["episodes"] == 1
 
 
 async def test_tasks_that_all_fail_to_build_stop_with_a_clear_error(
