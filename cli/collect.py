@@ -22,15 +22,21 @@ from cli.common import (
     global_config,
     out,
 )
+from cli.speculation_options import (
+    SPECULATION,
+    BreadthOption,
+    DepthOption,
+    GateOption,
+    WorldModelOption,
+    speculation_flags,
+)
 from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import ObsspecError
-from obsspec.speculation.gate import GateMode
 
 T = TypeVar("T")
 RUN = "Run"
 ENGINE = "Engine"
 SCALE = "Scale-out (Ray)"
-SPECULATION = "Speculation"
 
 
 def collect(
@@ -133,44 +139,10 @@ def collect(
             rich_help_panel=SPECULATION,
         ),
     ] = False,
-    world_model: Annotated[
-        str | None,
-        typer.Option(
-            "--world-model",
-            help="World model (name or HF dir, same tokenizer as the policy) behind the cache "
-            "and rule predictors \[default: none].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
-    depth: Annotated[
-        int | None,
-        typer.Option(
-            "--depth",
-            min=1,
-            max=8,
-            help="Turns the policy may run ahead on guesses \[default: 1].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
-    breadth: Annotated[
-        int | None,
-        typer.Option(
-            "--breadth",
-            min=1,
-            max=8,
-            help="Distinct guesses tried per command \[default: 1].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
-    gate: Annotated[
-        GateMode | None,
-        typer.Option(
-            "--gate",
-            help="When to speculate: always, never, or auto (when the expected saving beats "
-            "the expected cost) \[default: auto].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
+    world_model: WorldModelOption = None,
+    depth: DepthOption = None,
+    breadth: BreadthOption = None,
+    gate: GateOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -209,9 +181,7 @@ def collect(
             {
                 "enabled": speculate or None,
                 "world_model": world_model,
-                "depth": depth,
-                "breadth": breadth,
-                "gate": {"mode": gate} if gate else None,
+                **speculation_flags(depth, breadth, gate),
             }
         ),
     }

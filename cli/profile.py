@@ -20,9 +20,13 @@ from cli.common import (
     out,
 )
 from cli.profile_view import figures_table, printer
-from obsspec.speculation.gate import GateMode
-
-SPECULATION = "Speculation"
+from cli.speculation_options import (
+    BreadthOption,
+    DepthOption,
+    GateOption,
+    WorldModelOption,
+    speculation_flags,
+)
 
 
 def profile(
@@ -34,13 +38,7 @@ def profile(
         str | None,
         typer.Option("--policy", help="Model name or HF directory \\[default: the default model]."),
     ] = None,
-    world_model: Annotated[
-        str | None,
-        typer.Option(
-            "--world-model",
-            help="World model behind the cache and rules (same tokenizer as the policy).",
-        ),
-    ] = None,
+    world_model: WorldModelOption = None,
     episodes_per_task: Annotated[
         int | None,
         typer.Option("--episodes-per-task", "-k", min=1, help="Episodes per task and arm."),
@@ -53,32 +51,9 @@ def profile(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an earlier profile in --out.")
     ] = False,
-    depth: Annotated[
-        int | None,
-        typer.Option(
-            "--depth",
-            min=1,
-            max=8,
-            help="Turns ahead on guesses \\[default: 1].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
-    breadth: Annotated[
-        int | None,
-        typer.Option(
-            "--breadth",
-            min=1,
-            max=8,
-            help="Guesses per command \\[default: 1].",
-            rich_help_panel=SPECULATION,
-        ),
-    ] = None,
-    gate: Annotated[
-        GateMode | None,
-        typer.Option(
-            "--gate", help="always, never or auto \\[default: auto].", rich_help_panel=SPECULATION
-        ),
-    ] = None,
+    depth: DepthOption = None,
+    breadth: BreadthOption = None,
+    gate: GateOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -97,9 +72,7 @@ def profile(
     from obsspec.profile.run import profile as run_profile
 
     settings = global_config(config, cache_dir)
-    speculation = drop_unset(
-        {"depth": depth, "breadth": breadth, "gate": {"mode": gate} if gate else None}
-    )
+    speculation = speculation_flags(depth, breadth, gate)
     flags: dict[str, Any] = drop_unset(
         {
             "tasks": tasks,

@@ -93,7 +93,7 @@ async def test_tasks_that_all_fail_to_build_stop_with_a_clear_error(
         await profile(config, settings.paths.models_dir)
 
 
-def test_bad_flags_are_named(tmp_path):
+def test_bad_flags_are_named(tmp_path, default_model_dir):
     result = obsspec("profile", "--tasks", str(tmp_path), "--episodes-per-task", "0")
     assert result.returncode != 0 and "--episodes-per-task" in result.stderr
     tasks = greeting_tasks(tmp_path / "tasks", ["greet-a"])

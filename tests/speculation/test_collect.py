@@ -142,7 +142,7 @@ def test_world_model_without_speculate_names_the_flags(tmp_path):
     assert "--world-model" in result.stderr and "speculation" in result.stderr
 
 
-def test_an_unknown_world_model_names_the_flag(tmp_path):
+def test_an_unknown_world_model_names_the_flag(tmp_path, default_model_dir):
     result = obsspec(
         "collect", "--tasks", str(tmp_path), "--out", str(tmp_path / "o"), "--speculate",
         "--world-model", "no-such-wm",
