@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import sys
 import time
 
@@ -119,14 +118,6 @@ def gate_no_harm(pairs) -> float:
     return sum(auto.agent_s for _, auto in pairs) / sum(seq.agent_s for seq, _ in pairs)
 
 
-def bootstrap(statistic, units, resamples: int = 2000) -> tuple[float, float]:
-    """A 95% interval of a pooled statistic, resampling whole rounds (or pairs): the noise of
-    this machine's engine (~10% per request, measured) is what it shows."""
-    rng = random.Random(0)
-    values = sorted(statistic([rng.choice(units) for _ in units]) for _ in range(resamples))
-    return values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
-
-
 class Arm:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -187,6 +178,7 @@ async def main(args) -> dict:
     from obsspec.config import GlobalConfig
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
     from obsspec.models.registry import resolve_model
+    from obsspec.profile.figures import bootstrap
     from obsspec.speculation.gate import GateMode, GateSettings
     from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop
     from world_model.oracle import OraclePredictor
@@ -249,8 +241,8 @@ async def main(args) -> dict:
         "gate_no_harm": (gate_no_harm, fast, 4),
     }
     results = {key: round(stat(units), digits) for key, (stat, units, digits) in figures.items()}
-    intervals = {
-        f"{key}_ci95": [round(x, digits) for x in bootstrap(stat, units)]
+    intervals = {  # over rounds (pairs for gate_no_harm); None from a single one
+        f"{key}_ci95": [round(x, digits) for x in bootstrap(stat, units) or []] or None
         for key, (stat, units, digits) in figures.items()
     }
     ideal = sum(ideal_saving(seq) for seq, _, _ in slow)

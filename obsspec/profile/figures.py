@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from obsspec.speculation.gate import command_family
-from obsspec.speculation.totals import SpeculationTotals
+from obsspec.speculation.totals import SpeculationTotals, pooled_rate
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,9 @@ def breakdown(rows: Sequence[dict], key: Callable[[dict], str]) -> dict[str, dic
             "command_turns": t.command_turns,
             "attempted": t.attempted,
             "matched": t.matched,
-            "match_rate_attempted": _rate(t.matched, t.attempted),
+            "match_rate_attempted": pooled_rate(t.matched, t.attempted),
             "exec_won": t.exec_won,
-            "mean_exec_s": _rate(t.exec_s, t.command_turns),
+            "mean_exec_s": pooled_rate(t.exec_s, t.command_turns),
         }
         for name, t in sorted(groups.items())
     }
@@ -138,9 +138,9 @@ def phase_means(rows: Sequence[dict]) -> dict:
     n = len(rows)
     return {
         "episodes": n,
-        "agent_s_mean": _rate(sum(r["agent_s"] for r in rows), n),
-        "sandbox_start_s_mean": _rate(sum(r["sandbox_start_s"] for r in rows), n),
-        "verifier_s_mean": _rate(sum(r["verifier_s"] for r in rows), n),
+        "agent_s_mean": pooled_rate(sum(r["agent_s"] for r in rows), n),
+        "sandbox_start_s_mean": pooled_rate(sum(r["sandbox_start_s"] for r in rows), n),
+        "verifier_s_mean": pooled_rate(sum(r["verifier_s"] for r in rows), n),
     }
 
 
@@ -175,10 +175,6 @@ def profile_figures(episodes: Sequence[ArmEpisodes]) -> dict:
             for arm in ("seq", "spec", "oracle")
         },
     }
-
-
-def _rate(part: float, whole: float) -> float | None:
-    return round(part / whole, 4) if whole else None
 
 
 def _round(value: float | None) -> float | None:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from environments.gc import run_scope
 from environments.tasks.model import Task
-from obsspec.agent.episode import run_episode
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.profile.config import ProfileConfig
@@ -39,10 +38,11 @@ from obsspec.rollout.events import Note, TaskSkipped
 from obsspec.rollout.plan import WorkItem, load_task_set, plan_items
 from obsspec.rollout.policy import Policy, open_policy, policy_model
 from obsspec.rollout.speculation import check_world_model, open_speculation
-from obsspec.rollout.worker import TaskPools, build_images
+from obsspec.rollout.worker import Runner, TaskPools, build_images, play_with_retries
 from obsspec.runs import DATA_DIR
 from obsspec.speculation.gate import GateMode
 from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.trajectory import Trajectory
 from world_model.oracle import OraclePredictor
 
 ARMS = ("seq", "spec", "oracle")
@@ -110,7 +110,9 @@ async def profile(
             writers = arm_writers(config.out)
             try:
                 for item in items:
-                    arms = Arms(config, policy, spec_loop, pools, by_id[item.task_id], item)
+                    arms = Arms(
+                        config, arm_config, policy, spec_loop, pools, by_id[item.task_id], item
+                    )
                     triple = await arms.run(emit)
                     if triple is None:
                         lost.append(arms.lost)
@@ -132,8 +134,9 @@ async def profile(
 class Arms:
     """One episode (task, seed) in the three arms, in order."""
 
-    def __init__(self, config, policy: Policy, spec_loop, pools: TaskPools, task: Task, item):
-        self.config, self.policy, self.spec_loop = config, policy, spec_loop
+    def __init__(self, config, arm_config, policy: Policy, spec_loop, pools, task: Task, item):
+        self.config, self.arm_config = config, arm_config
+        self.policy, self.spec_loop = policy, spec_loop
         self.pools, self.task, self.item = pools, task, item
         self.lost: dict = {}
 
@@ -157,42 +160,40 @@ class Arms:
 
     async def episode(self, arm: str, loop, emit: Emit) -> dict | None:
         item: WorkItem = self.item
-        for attempt in range(1, self.config.max_attempts + 1):
-            trajectory = await run_episode(
-                self.task,
-                await self.pools.pool(self.task),
-                self.policy.engine_for(self.task),
-                self.policy.builder,
-                self.policy.limits_for(self.task, self.config.limits),
-                seed=item.seed,
-                model=self.policy.name,
-                loop=loop,
+
+        def failed(trajectory: Trajectory, _attempt: int, final: bool) -> None:
+            if final:
+                error = f"{trajectory.error_type}: {trajectory.error}"
+                self.lost = {"task_id": item.task_id, "episode_index": item.episode_index}
+                self.lost |= {"arm": arm, "error": error}
+                emit(EpisodeLost(item.task_id, item.episode_index, arm, error))
+
+        runner = Runner(self.policy, loop)
+        played = await play_with_retries(
+            self.task, item, runner, self.pools, self.arm_config, failed
+        )
+        if played is None:
+            return None
+        trajectory, attempt = played
+        records = [t.speculation for t in trajectory.turns if t.speculation]
+        emit(
+            ArmDone(
+                arm,
+                item.task_id,
+                item.episode_index,
+                trajectory.agent_s,
+                len(trajectory.turns),
+                sum(bool(r.tokens_committed) for r in records),
+                sum(r.attempted for r in records),
             )
-            if trajectory.error_kind != "infra":
-                records = [t.speculation for t in trajectory.turns if t.speculation]
-                emit(
-                    ArmDone(
-                        arm,
-                        item.task_id,
-                        item.episode_index,
-                        trajectory.agent_s,
-                        len(trajectory.turns),
-                        sum(bool(r.tokens_committed) for r in records),
-                        sum(r.attempted for r in records),
-                    )
-                )
-                return trajectory_row(
-                    trajectory,
-                    run_id=f"profile-{arm}",
-                    episode_index=item.episode_index,
-                    policy=self.config.policy,
-                    attempts=attempt,
-                )
-        error = f"{trajectory.error_type}: {trajectory.error}"
-        self.lost = {"task_id": item.task_id, "episode_index": item.episode_index, "arm": arm}
-        self.lost["error"] = error
-        emit(EpisodeLost(item.task_id, item.episode_index, arm, error))
-        return None
+        )
+        return trajectory_row(
+            trajectory,
+            run_id=f"profile-{arm}",
+            episode_index=item.episode_index,
+            policy=self.config.policy,
+            attempts=attempt,
+        )
 
 
 def prepare_out(config: ProfileConfig) -> None:

@@ -47,6 +47,7 @@ from obsspec.rollout.policy import Policy, open_policy
 from obsspec.rollout.speculation import open_speculation
 from obsspec.runs import DATA_DIR
 from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.trajectory import Trajectory
 
 Emit = Callable[[Event], None]
 
@@ -188,7 +189,39 @@ async def run_item(
 ) -> dict | None:
     """One episode, retried while the infrastructure fails; its row, or None if it never
     succeeded (recorded as a failure, left for a rerun)."""
-    config, policy = job.config, runner.policy
+    config = job.config
+
+    def failed(trajectory: Trajectory, attempt: int, final: bool) -> None:
+        error_type, error = trajectory.error_type or "Error", trajectory.error or ""
+        index = item.episode_index
+        emit(AttemptFailed(job.worker, task.id, index, attempt, error_type, error, final))
+
+    played = await play_with_retries(task, item, runner, pools, config, failed)
+    if played is None:
+        return None
+    trajectory, attempt = played
+    emit(EpisodeDone.of(job.worker, item.episode_index, trajectory, attempt))
+    return trajectory_row(
+        trajectory,
+        run_id=job.run_id,
+        episode_index=item.episode_index,
+        policy=config.policy,
+        attempts=attempt,
+    )
+
+
+async def play_with_retries(
+    task: Task,
+    item: WorkItem,
+    runner: Runner,
+    pools: TaskPools,
+    config: CollectConfig,
+    on_failure: Callable[[Trajectory, int, bool], None],
+) -> tuple[Trajectory, int] | None:
+    """One episode, run again while the infrastructure fails (up to config.max_attempts):
+    the trajectory and the attempt that gave it, or None. on_failure(trajectory, attempt,
+    final) hears of every failed attempt."""
+    policy = runner.policy
     limits = policy.limits_for(task, config.limits)
     for attempt in range(1, config.max_attempts + 1):
         trajectory = await run_episode(
@@ -202,26 +235,8 @@ async def run_item(
             loop=runner.loop,
         )
         if trajectory.error_kind != "infra":
-            emit(EpisodeDone.of(job.worker, item.episode_index, trajectory, attempt))
-            return trajectory_row(
-                trajectory,
-                run_id=job.run_id,
-                episode_index=item.episode_index,
-                policy=config.policy,
-                attempts=attempt,
-            )
-        final = attempt == config.max_attempts
-        emit(
-            AttemptFailed(
-                job.worker,
-                task.id,
-                item.episode_index,
-                attempt,
-                trajectory.error_type or "Error",
-                trajectory.error or "",
-                final,
-            )
-        )
+            return trajectory, attempt
+        on_failure(trajectory, attempt, attempt == config.max_attempts)
     return None
 
 

@@ -103,18 +103,20 @@ class SpeculationTotals:
         return self.attempted - self.exec_won - self.failed - self.empty
 
     def summary(self) -> dict:
-        def rate(part: float, whole: float) -> float | None:
-            return round(part / whole, 4) if whole else None
-
         return {
             **{
                 f.name: round(v, 3) if isinstance(v := getattr(self, f.name), float) else v
                 for f in fields(self)
             },
-            "match_rate_attempted": rate(self.matched, self.attempted),
-            "match_rate_used": rate(self.matched, self.used),
-            "exec_won_rate": rate(self.exec_won, self.attempted),
-            "failed_rate": rate(self.failed, self.attempted),
-            "attempt_rate": rate(self.attempted, self.command_turns),
-            "tokens_wasted_per_committed": rate(self.tokens_wasted, self.tokens_committed),
+            "match_rate_attempted": pooled_rate(self.matched, self.attempted),
+            "match_rate_used": pooled_rate(self.matched, self.used),
+            "exec_won_rate": pooled_rate(self.exec_won, self.attempted),
+            "failed_rate": pooled_rate(self.failed, self.attempted),
+            "attempt_rate": pooled_rate(self.attempted, self.command_turns),
+            "tokens_wasted_per_committed": pooled_rate(self.tokens_wasted, self.tokens_committed),
         }
+
+
+def pooled_rate(part: float, whole: float) -> float | None:
+    """A ratio of sums, rounded for reports; None when there is nothing to divide by."""
+    return round(part / whole, 4) if whole else None
