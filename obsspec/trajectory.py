@@ -54,6 +54,11 @@ class Turn:
     gen_s: float = 0.0
     exec_s: float = 0.0
     predict_s: float = 0.0
+    # When the turn's reply generation, command and prediction began: seconds since the start
+    # of the episode's turns (speculation overlaps them; 0.0 for a phase that did not happen).
+    gen_start_s: float = 0.0
+    exec_start_s: float = 0.0
+    predict_start_s: float = 0.0
     weight_version: int = 0
     speculation: SpeculationRecord | None = None  # None: the turn ran sequentially
 

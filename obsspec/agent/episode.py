@@ -129,6 +129,7 @@ async def play(
 ) -> None:
     """The turns of an episode on a started sandbox; how they ended goes into the trajectory
     (the deadline excepted: it belongs to the caller, who also counts the sandbox start)."""
+    origin = time.monotonic()
     try:
         await (loop or turn_loop)(trajectory, context, sandbox, engine, builder, limits)
     except EpisodeEnd as end:
@@ -142,6 +143,18 @@ async def play(
     finally:
         trajectory.context_ids, trajectory.mask = context.ids, context.mask
         trajectory.logprobs = context.logprobs
+        rebase_timeline(trajectory.turns, origin)
+
+
+def rebase_timeline(turns: list[Turn], origin: float) -> None:
+    """Loops stamp phase starts on the monotonic clock; the record keeps them as seconds since
+    the turns began (a phase that did not happen stays 0.0)."""
+    for turn in turns:
+        turn.gen_start_s = max(0.0, turn.gen_start_s - origin)
+        if turn.exec_start_s:
+            turn.exec_start_s = max(0.0, turn.exec_start_s - origin)
+        if turn.predict_start_s:
+            turn.predict_start_s = max(0.0, turn.predict_start_s - origin)
 
 
 def end_with_error(trajectory: Trajectory, error: ObsspecError) -> None:
@@ -160,15 +173,18 @@ async def turn_loop(
 ) -> None:
     for index in range(limits.max_turns):
         sampling = turn_sampling(limits, trajectory.seed, index)
+        gen_start = time.monotonic()
         gen = await engine.generate(context.ids, sampling, priority=0)
         context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
         turn, action = new_turn(index, gen, limits.action_format)
+        turn.gen_start_s = gen_start
         trajectory.turns.append(turn)
         if action.kind == "done":
             raise EpisodeEnd("done")
         if action.kind == "invalid":
             turn.observation = CORRECTIVE_OBSERVATIONS[limits.action_format]
         else:
+            turn.exec_start_s = time.monotonic()
             result = await sandbox.run(action.command, timeout_s=limits.command_timeout_s)
             record_result(turn, result, limits)
         turn.observation_ids = observation_ids(builder, gen.token_ids, turn.observation)

@@ -61,6 +61,9 @@ TURN = pa.struct(
         ("gen_s", pa.float64()),
         ("exec_s", pa.float64()),
         ("predict_s", pa.float64()),
+        ("gen_start_s", pa.float64()),
+        ("exec_start_s", pa.float64()),
+        ("predict_start_s", pa.float64()),
         ("weight_version", pa.int32()),
         ("speculation", SPECULATION),
     ]

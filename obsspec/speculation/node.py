@@ -35,6 +35,7 @@ class Node:
         self.parent_record: SpeculationRecord | None = None  # the record whose guess it rests on
         self.predicting: asyncio.Task[None] | None = None
         self.predict_s = 0.0
+        self.predict_started: float | None = None
         self.guesses: list[str] = []
         self.children: list[Node] = []
         self.exec_started: float | None = None

@@ -136,6 +136,7 @@ class SpeculativeEpisode:
                 self.check_lossless(node, context)
                 context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
                 turn, action = new_turn(node.index, gen, self.limits.action_format)
+                turn.gen_start_s = node.started
                 self.trajectory.turns.append(turn)
                 if action.kind == "done":
                     raise EpisodeEnd("done")
@@ -192,7 +193,7 @@ class SpeculativeEpisode:
     async def execute(self, node: Node, turn: Turn, command: str) -> None:
         """Run the command for real while the predictions (and replies on them) go on."""
         turn.speculation = node.record
-        node.exec_started = time.monotonic()
+        node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
         result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
         record_result(turn, result, self.limits)
@@ -206,7 +207,7 @@ class SpeculativeEpisode:
         if node.predicting is not None and not node.predicting.done():
             node.predicting.cancel()
             record.exec_won = True
-        turn.predict_s = node.predict_s
+        turn.predict_s, turn.predict_start_s = node.predict_s, node.predict_started or 0.0
         if turn.action == "command" and node.guesses:
             matched = any(self.loop.match(guess, turn.observation) for guess in node.guesses)
             record.matched = matched
@@ -246,6 +247,7 @@ class SpeculativeEpisode:
     def start_generation(self, node: Node) -> None:
         sampling = turn_sampling(self.limits, self.trajectory.seed, node.index)
         node.progress = GenerationProgress()
+        node.started = time.monotonic()  # again when regenerated
         node.generation = self.start(
             self.engine.generate(
                 node.context.ids, sampling, priority=node.level, progress=node.progress
@@ -288,7 +290,7 @@ class SpeculativeEpisode:
     async def predict(self, node: Node) -> None:
         assert node.action is not None
         command, record = node.action.command, node.record
-        start = time.monotonic()
+        start = node.predict_started = time.monotonic()
         try:
             async with asyncio.timeout(self.settings.predict_timeout_s):
                 predictions = await self.loop.predictor.predict(
