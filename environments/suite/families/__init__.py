@@ -13,4 +13,5 @@ from environments.suite.families import (  # noqa: F401
     permissions_fix,
     text_logs,
     unittest_fix,
+    workflow_ci,
 )
