@@ -22,6 +22,7 @@ from cli.common import (
     global_config,
     out,
 )
+from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.speculation_options import (
     SPECULATION,
     BreadthOption,
@@ -69,27 +70,9 @@ def collect(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Base seed of the run \\[default: 0].")
     ] = None,
-    max_turns: Annotated[
-        int | None,
-        typer.Option(
-            "--max-turns", min=1, help="Turns per episode \\[default: 15].", rich_help_panel=RUN
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens", min=1, help="Tokens per reply \\[default: 384].", rich_help_panel=RUN
-        ),
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature",
-            min=0,
-            help="Sampling temperature \\[default: 1.0].",
-            rich_help_panel=RUN,
-        ),
-    ] = None,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
     action_format: Annotated[
         ActionFormat | None,
         typer.Option("--format", help="Action format \\[default: markdown].", rich_help_panel=RUN),

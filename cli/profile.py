@@ -19,6 +19,7 @@ from cli.common import (
     global_config,
     out,
 )
+from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.profile_view import figures_table, printer
 from cli.speculation_options import (
     BreadthOption,
@@ -51,6 +52,9 @@ def profile(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an earlier profile in --out.")
     ] = False,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: MaxTokensOption = None,
+    temperature: TemperatureOption = None,
     depth: DepthOption = None,
     breadth: BreadthOption = None,
     gate: GateOption = None,
@@ -83,6 +87,9 @@ def profile(
             "out": out_dir,
             "overwrite": overwrite or None,
             "speculation": speculation,
+            "limits": drop_unset(
+                {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
+            ),
         }
     )
     profile_config = load_profile_config(config, flags, default_policy=settings.default_model)
