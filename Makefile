@@ -13,9 +13,9 @@ DEMO ?= demo-run
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: setup python docker image model demo test lint bench clean
+.PHONY: setup python docker image model browser demo test lint bench clean
 
-setup: python docker image model
+setup: python docker image model browser
 
 python: $(STAMP)
 
@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml scripts/install-python.sh
 
 docker:
 	scripts/ensure-docker.sh
+
+# Headless Chromium: the tests open the profile's HTML report in a real browser.
+browser:
+	scripts/ensure-chromium.sh
 
 image: python docker
 	$(BIN)/obsspec env build

@@ -105,4 +105,4 @@ def profile(
         return
     out.print(figures_table(report))
     if profile_config.out is not None:
-        out.print(f"report: {profile_config.out / 'report.json'}")
+        out.print(f"report: {profile_config.out / 'report.html'} (figures: report.json)")

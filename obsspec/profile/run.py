@@ -16,7 +16,8 @@ It reads top to bottom:
     (an arm's episode that fails on the infrastructure is retried; if it never succeeds, the
     episode is left out of every arm)
     figures over the episodes all three arms completed; with --out, each arm's dataset
-    (OUT/arms/<arm>, readable like a collect run) and OUT/report.json
+    (OUT/arms/<arm>, readable like a collect run), OUT/report.json, OUT/plots/*.png and
+    OUT/report.html (self-contained: it embeds the plots)
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from world_model.oracle import OraclePredictor
 
 ARMS = ("seq", "spec", "oracle")
 REPORT = "report.json"
+HTML = "report.html"
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,23 @@ async def profile(
     report = {**profile_figures(episodes), "lost_episodes": lost, "tasks": len(images)}
     report["config"] = config.model_dump(mode="json")
     if config.out is not None:
-        (config.out / REPORT).write_text(json.dumps(report, indent=2))
+        write_report(config.out, episodes, report)
     return report
+
+
+def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
+    """OUT/report.json, OUT/plots/*.png and OUT/report.html (which embeds the plots)."""
+    from obsspec.profile.html_report import write_html
+    from obsspec.profile.plots import write_plots
+
+    plots = write_plots(out, episodes, report)
+    report["files"] = {
+        "report_json": str(out / REPORT),
+        "report_html": str(out / HTML),
+        "plots": {name: str(path) for name, path in plots.items()},
+    }
+    (out / REPORT).write_text(json.dumps(report, indent=2))
+    write_html(out, report, plots)
 
 
 class Arms:

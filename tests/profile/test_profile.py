@@ -8,6 +8,7 @@ import pytest
 
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.inference.scripted import PacedEngine
+from obsspec.profile.browser import render_in_browser
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.run import profile
 from obsspec.runs import read_rows
@@ -45,8 +46,9 @@ def paced(tiny_engine, tiny_model_dir):
     return PacedEngine(tiny_engine, script, min_tokens=16)
 
 
+@pytest.mark.browser
 async def test_three_arms_on_the_same_episodes(
-    tmp_path, settings, base_image, tiny_engine, tiny_model_dir
+    tmp_path, settings, base_image, tiny_engine, tiny_model_dir, chromium
 ):
     config = ProfileConfig.model_validate(
         {
@@ -73,6 +75,15 @@ async def test_three_arms_on_the_same_episodes(
     for seq, oracle_row in zip(arms["seq"], arms["oracle"], strict=True):
         assert seq["context_ids"] == oracle_row["context_ids"]  # deterministic policy
     assert json.loads((config.out / "report.json").read_text())["episodes"] == 2
+    # Phase starts are recorded, so the timeline plot draws what happened, not a guess.
+    spec_turns = [t for row in arms["spec"] for t in row["turns"]]
+    assert any(t["gen_start_s"] > 0 for t in spec_turns)
+    assert all(t["exec_start_s"] > 0 for t in spec_turns if t["action"] == "command")
+    plots = report["files"]["plots"]
+    assert {"latency_by_episode", "timeline", "latency_cdf"} <= set(plots)
+    shown = render_in_browser(config.out / "report.html", timeout_s=60)
+    assert shown["images_loaded"] == shown["images_total"] == len(plots)
+    assert shown["console_errors"] == []
     assert [e.arm for e in events if hasattr(e, "arm")] == ["seq", "spec", "oracle"] * 2
 
     with pytest.raises(ConfigError, match="exists; choose another directory, or --overwrite"):
