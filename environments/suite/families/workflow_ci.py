@@ -70,7 +70,7 @@ STAGES = ("lint", "build", "test", "package")
 def _ci_script(rng: random.Random) -> str:
     script = CI_SH
     for stage in STAGES:  # seconds each stage waits: slow, but not all alike
-        script = script.replace(f"@{stage.upper()}@", f"{rng.uniform(2.0, 3.5):.1f}")
+        script = script.replace(f"@{stage.upper()}@", f"{rng.uniform(2.5, 4.5):.1f}")
     return script
 
 
