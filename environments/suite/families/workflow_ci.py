@@ -29,39 +29,46 @@ set -u
 cd "$(dirname "$0")"
 . ./ci.conf
 wait_for_runner() { [ -n "${CI_FAST:-}" ] || sleep "$1"; }
-fail() { echo "[$stage] error: $1"; echo FAILED; exit 2; }
+fail() { echo "[$stage] error: $1"; echo "FAILED: $2"; exit 2; }
 stage=${1:-}
 case "$stage" in
 lint)
     wait_for_runner @LINT@
     echo "[lint] checked $modules modules of $name: no problems"
+    next="next: ./ci.sh build"
     ;;
 build)
     wait_for_runner @BUILD@
     rm -rf build && mkdir -p build && cp -r src build/$name
     echo "[build] compiled $modules modules into build/$name"
+    next="next: ./ci.sh test"
     ;;
 test)
-    [ -d build/$name ] || fail "nothing is built; run ./ci.sh build first"
+    [ -d build/$name ] || fail "nothing is built" "run ./ci.sh build first"
     wait_for_runner @TEST@
-    [[ "$workers" =~ ^[1-8]$ ]] || fail "workers=$workers in ci.conf; it must be between 1 and 8"
+    [[ "$workers" =~ ^[1-8]$ ]] ||
+        fail "workers=$workers in ci.conf; it must be between 1 and 8" \
+            "fix ci.conf, then run ./ci.sh test again"
     touch build/.tested
     echo "[test] $tests tests passed on $workers workers"
+    next="next: ./ci.sh package"
     ;;
 package)
-    [ -f build/.tested ] || fail "the build is not tested; run ./ci.sh test first"
+    [ -f build/.tested ] || fail "the build is not tested" "run ./ci.sh test first"
     wait_for_runner @PACKAGE@
     [ "$version" = "$(cat src/VERSION)" ] ||
-        fail "version=$version in ci.conf but src/VERSION says $(cat src/VERSION)"
+        fail "version=$version in ci.conf but src/VERSION says $(cat src/VERSION)" \
+            "fix ci.conf, then run ./ci.sh package again"
     mkdir -p dist && tar -czf dist/$name-$version.tar.gz -C build $name
     echo "[package] wrote dist/$name-$version.tar.gz"
+    next="all stages passed"
     ;;
 *)
     echo "usage: ./ci.sh lint|build|test|package"
     exit 64
     ;;
 esac
-echo OK
+echo "OK, $next"
 """
 
 STAGES = ("lint", "build", "test", "package")
