@@ -30,7 +30,7 @@ app.command("episode")(episode.episode)
 app.command("collect")(collect.collect)
 app.command("train-wm")(train_wm.train_wm)
 app.command("sft")(sft.sft)
-app.command("profile")(profile.profile)
+app.add_typer(profile.app, name="profile")
 
 
 def show_version(value: bool) -> None:

@@ -20,6 +20,7 @@ from cli.common import (
     out,
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
+from cli.profile_simulate import simulate
 from cli.profile_view import figures_table, printer
 from cli.speculation_options import (
     BreadthOption,
@@ -29,8 +30,13 @@ from cli.speculation_options import (
     speculation_flags,
 )
 
+app = typer.Typer(no_args_is_help=False)
+app.command("simulate")(simulate)
 
+
+@app.callback(invoke_without_command=True)
 def profile(
+    ctx: typer.Context,
     tasks: Annotated[
         str | None,
         typer.Option("--tasks", help="Task directory, directory of tasks, or glob."),
@@ -71,7 +77,11 @@ def profile(
     Rates are pooled; latency reductions also come as medians with bootstrap 95% intervals.
 
     Limits, engine, gate parameters and oracle_delay_s: the \\[profile] table of --config.
+
+    `obsspec profile simulate --calibrate OUT` then says where speculation would pay.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from obsspec.profile.config import load_profile_config
     from obsspec.profile.run import profile as run_profile
 

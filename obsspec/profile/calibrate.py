@@ -1,0 +1,441 @@
+"""The measured figures a regime simulation replays, read from a profile or a collect run.
+
+    cal = calibrate(Path("runs/prof"))      # the --out of `obsspec profile`, or a collect RUN_DIR
+
+    RUN_DIR/report.json + RUN_DIR/arms/{seq,spec,oracle}/data/*.parquet     a profile (preferred)
+    RUN_DIR/data/*.parquet (+ manifest.json)                                 a collect run
+
+From a profile, reply and command seconds come from the sequential arm (the times with no
+speculation in the way) and the prediction figures from the speculative arm, over the
+episodes (task_id, episode_index) both arms completed; the measured latency reductions are
+recomputed from the same rows, so the validation compares like with like. From a collect run,
+every row gives reply and command seconds; prediction figures exist only if it was collected
+with speculation on, else they are None and a simulation must be told a hit rate.
+
+Every command turn of the speculative arm counts once per command family
+(`obsspec.speculation.gate.command_family`):
+
+    attempt_rate   attempted / command turns                  what the gate let through
+    hit_rate       matched / (attempted - exec_won)           a prediction that arrived (or
+                                                              failed) and was exactly right:
+                                                              the predictor's accuracy
+    kept_rate      kept / (attempted - exec_won)              ... and a reply was begun on it
+                                                              and kept (the gate's second look
+                                                              may not branch on a late guess)
+    predict_s      seconds of the predictions that arrived
+
+The sweep uses hit_rate (gate always); the validation uses kept_rate, to reproduce the run.
+Both leave out the attempts the command won, because the simulation decides arrival itself
+from the prediction's and the command's seconds. Those predictions' seconds were never
+measured (they were cancelled), so the prediction times are those of the predictions fast
+enough to arrive: an optimistic sample. A family with no figures of its own uses the pooled
+ones.
+
+`workload(cal, episodes, seed)` lays the episodes out as (episodes, turns) arrays for the
+simulator (obsspec.profile.simulate): with at most `episodes` calibrated episodes, each is
+replicated equally (the weights of the measured pooled figure); with more, a random subset.
+Uniform draws for attempts and hits, and each command's prediction seconds, are drawn there
+once per seed, so every simulated point shares them (common random numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from obsspec.config import StrictModel
+from obsspec.errors import ConfigError
+from obsspec.runs import DATA_DIR, MANIFEST, read_rows, shard_paths
+from obsspec.speculation.gate import command_family
+
+FLAG = "--calibrate"
+REPORT = "report.json"
+FALLBACK_PREDICT_S = 0.25  # seconds per prediction when a run measured none
+
+
+class TimeStats(StrictModel):
+    n: int = Field(description="Samples.")
+    mean: float = Field(description="Mean seconds.")
+    p50: float = Field(description="Median seconds.")
+    p90: float = Field(description="90th percentile seconds.")
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> TimeStats | None:
+        if not values:
+            return None
+        ordered = sorted(values)
+        return cls(
+            n=len(ordered),
+            mean=round(statistics.fmean(ordered), 4),
+            p50=round(_quantile(ordered, 0.5), 4),
+            p90=round(_quantile(ordered, 0.9), 4),
+        )
+
+
+class EpisodeTimes(StrictModel):
+    """One episode as the simulation replays it: turn by turn, what took how long."""
+
+    task_id: str = Field(description="The task the episode played.")
+    episode_index: int = Field(description="Which episode of the task.")
+    gen_s: list[float] = Field(description="Seconds of each turn's reply.")
+    exec_s: list[float] = Field(description="Seconds of each turn's command (0: no command).")
+    family: list[str | None] = Field(description="Each turn's command family; None: no command.")
+    agent_s: float = Field(default=0.0, description="The episode's measured latency.")
+    kept: list[bool] | None = Field(
+        default=None, description="Per turn, a reply begun on its guess was kept (spec arms)."
+    )
+    predict_s: list[float] | None = Field(
+        default=None, description="Per turn, seconds of the prediction (spec arms)."
+    )
+
+
+class FamilyFigures(StrictModel):
+    command_turns: int = Field(description="Command turns of the family in the speculative arm.")
+    attempt_rate: float | None = Field(description="Attempted / command turns.")
+    hit_rate: float | None = Field(description="Matched / (attempted - won by the command).")
+    kept_rate: float | None = Field(
+        description="Replies begun on a guess and kept / (attempted - won by the command): "
+        "the hit rate after the gate's second look (it may not branch on a late hit)."
+    )
+    predict_s: list[float] = Field(description="Seconds of each prediction that arrived.")
+
+
+class Measured(StrictModel):
+    latency_reduction: float | None = Field(description="1 - sum(T_spec) / sum(T_seq).")
+    oracle_latency_reduction: float | None = Field(description="1 - sum(T_oracle) / sum(T_seq).")
+    oracle_fraction: float | None = Field(description="The first over the second.")
+    latency_reduction_ci95: list[float] | None = Field(description="From report.json, if any.")
+    oracle_latency_reduction_ci95: list[float] | None = Field(description="Likewise.")
+
+
+class Calibration(StrictModel):
+    source: Literal["profile", "collect"] = Field(
+        description="What kind of directory it came from."
+    )
+    run_dir: str = Field(description="The directory given to --calibrate.")
+    depth: int = Field(description="Speculation depth the run used (1 if none).")
+    breadth: int = Field(description="Guesses per command the run used (1 if none).")
+    gate: str = Field(description="The run's gate mode ('off': collected without speculation).")
+    oracle_delay_s: float = Field(description="Seconds the profile's oracle took per prediction.")
+    episodes: list[EpisodeTimes] = Field(description="The episodes the simulation resamples.")
+    gen_s: TimeStats = Field(description="Seconds per reply (every turn).")
+    exec_s: TimeStats = Field(description="Seconds per command (command turns).")
+    predict_s: TimeStats | None = Field(description="Seconds per arrived prediction.")
+    tokens_per_s: float | None = Field(description="Reply tokens per second of generation.")
+    attempt_rate: float | None = Field(description="Pooled attempted / command turns.")
+    hit_rate: float | None = Field(description="Pooled hit rate per attempt, at `breadth`.")
+    kept_rate: float | None = Field(description="Pooled kept rate per attempt (see families).")
+    families: dict[str, FamilyFigures] = Field(description="The figures per command family.")
+    measured: Measured | None = Field(description="The profile's own reductions (profile only).")
+    replays: dict[str, list[EpisodeTimes]] = Field(
+        default_factory=dict,
+        description="The speculative arms' own episodes with their outcomes (spec, oracle), "
+        "which the validation replays to check the timing model apart from the rates.",
+    )
+    contention: float | None = Field(
+        default=None,
+        description="Engine slowdown per extra request; one run at one load cannot show it, "
+        "so it is None and the simulation takes it as a parameter.",
+    )
+
+    def summary(self) -> dict:
+        """Everything but the episodes and the raw prediction samples: the part worth reading."""
+        summary = self.model_dump(mode="json", exclude={"episodes", "families", "replays"})
+        summary["episodes"] = len(self.episodes)
+        summary["command_turns"] = sum(f is not None for e in self.episodes for f in e.family)
+        summary["families"] = {
+            name: {
+                "command_turns": f.command_turns,
+                "attempt_rate": f.attempt_rate,
+                "hit_rate": f.hit_rate,
+                "kept_rate": f.kept_rate,
+                "predict_s_mean": _mean(f.predict_s),
+            }
+            for name, f in self.families.items()
+        }
+        return summary
+
+
+def calibrate(run_dir: Path) -> Calibration:
+    """The calibration of a profile directory or, failing that, of a collect run directory."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"{FLAG} {run_dir}: no such directory")
+    if (run_dir / "arms").is_dir():
+        return _from_profile(run_dir)
+    if (run_dir / DATA_DIR).is_dir() and shard_paths(run_dir / DATA_DIR):
+        return _from_collect(run_dir)
+    raise ConfigError(
+        f"{FLAG} {run_dir}: neither a profile directory (report.json and "
+        "arms/{seq,spec,oracle}/data/*.parquet, the --out of `obsspec profile`) nor a collect "
+        f"run directory ({DATA_DIR}/*.parquet)"
+    )
+
+
+def _from_profile(run_dir: Path) -> Calibration:
+    arms = run_dir / "arms"
+    seq = _keyed(read_rows(arms / "seq", flag=FLAG))
+    spec = _keyed(read_rows(arms / "spec", flag=FLAG))
+    oracle = _keyed(read_rows(arms / "oracle", flag=FLAG)) if (arms / "oracle").is_dir() else {}
+    keys = sorted(seq.keys() & spec.keys())
+    if not keys:
+        raise ConfigError(
+            f"{FLAG} {run_dir}: no episode (task_id, episode_index) is in both the seq and the "
+            "spec arm; was the profile interrupted before its first episode?"
+        )
+    report = _read_json(run_dir / REPORT)
+    config = report.get("config") or {}
+    seq_rows, spec_rows = [seq[k] for k in keys], [spec[k] for k in keys]
+    oracle_rows = [oracle[k] for k in keys] if all(k in oracle for k in keys) else None
+    arms = {"spec": spec_rows} | ({"oracle": oracle_rows} if oracle_rows else {})
+    return _calibration(
+        run_dir,
+        "profile",
+        seq_rows,
+        arms,
+        config.get("speculation") or {},
+        oracle_delay_s=float(config.get("oracle_delay_s") or 0.0),
+        measured=_measured(seq_rows, spec_rows, oracle_rows, report),
+    )
+
+
+def _from_collect(run_dir: Path) -> Calibration:
+    rows = read_rows(run_dir, flag=FLAG)
+    manifest = _read_json(run_dir / MANIFEST)
+    speculation = (manifest.get("config") or {}).get("speculation") or {}
+    if not speculation.get("enabled"):
+        speculation = {"gate": {"mode": "off"}}
+    return _calibration(run_dir, "collect", rows, {"spec": rows}, speculation, 0.0, None)
+
+
+def _calibration(
+    run_dir: Path,
+    source: Literal["profile", "collect"],
+    timed: list[dict],
+    arms: dict[str, list[dict]],
+    speculation: dict,
+    oracle_delay_s: float,
+    measured: Measured | None,
+) -> Calibration:
+    """timed: the rows whose seconds are simulated; arms: the rows with speculation records
+    ("spec", whose rates are calibrated, and "oracle"), each replayed in the validation."""
+    episodes = [_episode_times(row) for row in timed]
+    exec_s = [
+        e for ep in episodes for e, f in zip(ep.exec_s, ep.family, strict=True) if f is not None
+    ]
+    if not exec_s:
+        raise ConfigError(
+            f"{FLAG} {run_dir}: its episodes ran no command, so there is no command time for "
+            "speculation to overlap; calibrate on episodes that run commands"
+        )
+    families, pooled = _family_figures(arms["spec"])
+    gen_s = [g for ep in episodes for g in ep.gen_s]
+    tokens = sum(len(t.get("action_ids") or []) for row in timed for t in row["turns"])
+    return Calibration(
+        source=source,
+        run_dir=str(run_dir),
+        depth=int(speculation.get("depth") or 1),
+        breadth=int(speculation.get("breadth") or 1),
+        gate=str((speculation.get("gate") or {}).get("mode") or "auto"),
+        oracle_delay_s=oracle_delay_s,
+        episodes=episodes,
+        gen_s=TimeStats.of(gen_s),
+        exec_s=TimeStats.of(exec_s),
+        predict_s=TimeStats.of(pooled.predict_s),
+        tokens_per_s=round(tokens / sum(gen_s), 2) if sum(gen_s) > 0 else None,
+        attempt_rate=pooled.attempt_rate,
+        hit_rate=pooled.hit_rate,
+        kept_rate=pooled.kept_rate,
+        families=families,
+        measured=measured,
+        replays={
+            arm: [_episode_times(row, outcomes=True) for row in rows]
+            for arm, rows in arms.items()
+            if families
+        },
+    )
+
+
+def _episode_times(row: dict, *, outcomes: bool = False) -> EpisodeTimes:
+    turns = row["turns"]
+    return EpisodeTimes(
+        task_id=row["task_id"],
+        episode_index=row["episode_index"],
+        gen_s=[float(t["gen_s"]) for t in turns],
+        exec_s=[float(t["exec_s"]) if t["action"] == "command" else 0.0 for t in turns],
+        family=[command_family(t["command"]) if t["action"] == "command" else None for t in turns],
+        agent_s=float(row["agent_s"]),
+        kept=[_kept(t.get("speculation")) for t in turns] if outcomes else None,
+        predict_s=[float(t["predict_s"]) for t in turns] if outcomes else None,
+    )
+
+
+def _kept(record: dict | None) -> bool:
+    """A reply begun on this turn's guess became the next turn (certain children aside)."""
+    return bool(record and record["matched"] and record.get("tokens_committed"))
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.turns = self.attempted = self.exec_won = self.matched = self.kept = 0
+        self.predict_s: list[float] = []
+
+    def add(self, turn: dict) -> None:
+        record = turn.get("speculation")
+        self.turns += 1
+        if not record or not record["attempted"]:
+            return
+        self.attempted += 1
+        self.exec_won += bool(record["exec_won"])
+        self.matched += bool(record["matched"])
+        self.kept += _kept(record)
+        if record["predictions"] and not record["exec_won"] and turn["predict_s"] > 0:
+            self.predict_s.append(float(turn["predict_s"]))
+
+    def figures(self) -> FamilyFigures:
+        compared = self.attempted - self.exec_won
+        return FamilyFigures(
+            command_turns=self.turns,
+            attempt_rate=_ratio(self.attempted, self.turns),
+            hit_rate=_ratio(self.matched, compared),
+            kept_rate=_ratio(self.kept, compared),
+            predict_s=self.predict_s,
+        )
+
+
+def _family_figures(rows: Iterable[dict]) -> tuple[dict[str, FamilyFigures], FamilyFigures]:
+    """Per family and pooled; all None/empty when no turn has a speculation record."""
+    turns = [t for row in rows for t in row["turns"] if t["action"] == "command"]
+    if not any(t.get("speculation") for t in turns):
+        return {}, _Counts().figures()
+    groups: dict[str, _Counts] = defaultdict(_Counts)
+    pooled = _Counts()
+    for turn in turns:
+        groups[command_family(turn["command"])].add(turn)
+        pooled.add(turn)
+    return {name: c.figures() for name, c in sorted(groups.items())}, pooled.figures()
+
+
+def _measured(
+    seq: list[dict], spec: list[dict], oracle: list[dict] | None, report: dict
+) -> Measured:
+    base = sum(r["agent_s"] for r in seq)
+    lr = 1 - sum(r["agent_s"] for r in spec) / base if base > 0 else None
+    olr = 1 - sum(r["agent_s"] for r in oracle) / base if base > 0 and oracle else None
+    return Measured(
+        latency_reduction=_round(lr),
+        oracle_latency_reduction=_round(olr),
+        oracle_fraction=_round(lr / olr) if lr is not None and olr else None,
+        latency_reduction_ci95=report.get("latency_reduction_ci95"),
+        oracle_latency_reduction_ci95=report.get("oracle_latency_reduction_ci95"),
+    )
+
+
+def _keyed(rows: list[dict]) -> dict[tuple[str, int], dict]:
+    return {(row["task_id"], row["episode_index"]): row for row in rows}
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{FLAG} {path.parent}: unreadable {path.name}: {e}") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), without numpy."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+# --- the calibration as arrays ------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """Episodes side by side, (n, T); turns past an episode's end are zero padding."""
+
+    gen: np.ndarray  # reply seconds on an idle engine
+    exec: np.ndarray  # command seconds; 0 where no command
+    command: np.ndarray  # bool: the turn runs a command
+    valid: np.ndarray  # bool: the turn exists
+    predict: np.ndarray  # prediction seconds (the family's samples, drawn once)
+    u_attempt: np.ndarray  # uniforms shared by every point
+    u_hit: np.ndarray
+    attempt_rate: np.ndarray  # the command family's calibrated attempt rate
+    kept_rate: np.ndarray  # the command family's calibrated kept rate
+
+
+def workload(
+    cal: Calibration, episodes: int = 400, seed: int = 0, predict_s: float | None = None
+) -> Workload:
+    """The calibrated episodes as arrays; predict_s, if given, replaces the measured seconds."""
+    rng = np.random.default_rng(seed)
+    pool = cal.episodes
+    if len(pool) <= episodes:
+        chosen = [ep for ep in pool for _ in range(math.ceil(episodes / len(pool)))]
+    else:
+        chosen = [pool[i] for i in sorted(rng.choice(len(pool), episodes, replace=False))]
+    gen = pad([ep.gen_s for ep in chosen])
+    u_predict = rng.random(gen.shape)
+    pooled = [s for f in cal.families.values() for s in f.predict_s] or [FALLBACK_PREDICT_S]
+
+    def figure(family: str | None, name: str, default: float) -> float:
+        own = getattr(cal.families.get(family or ""), name, None)
+        return own if own is not None else _or(getattr(cal, name), default)
+
+    def prediction(row: int, i: int, family: str | None) -> float:
+        if predict_s is not None:
+            return predict_s
+        samples = getattr(cal.families.get(family or ""), "predict_s", None) or pooled
+        return samples[int(u_predict[row, i] * len(samples))]
+
+    families = [ep.family for ep in chosen]
+    return Workload(
+        gen=gen,
+        exec=pad([ep.exec_s for ep in chosen]),
+        command=pad([[f is not None for f in fs] for fs in families], bool),
+        valid=pad([[True] * len(fs) for fs in families], bool),
+        predict=pad(
+            [[prediction(r, i, f) for i, f in enumerate(fs)] for r, fs in enumerate(families)]
+        ),
+        u_attempt=rng.random(gen.shape),
+        u_hit=rng.random(gen.shape),
+        attempt_rate=pad([[figure(f, "attempt_rate", 1.0) for f in fs] for fs in families]),
+        kept_rate=pad([[figure(f, "kept_rate", 0.0) for f in fs] for fs in families]),
+    )
+
+
+def pad(rows: Sequence[Sequence], dtype: type = float) -> np.ndarray:
+    """Ragged rows as one (len(rows), longest) array, zero (False) past each row's end."""
+    out = np.zeros((len(rows), max(map(len, rows), default=0)), dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
