@@ -88,7 +88,7 @@ async def run_episode(
     loop: TurnLoop | None = None,
 ) -> Trajectory:
     fmt = limits.action_format
-    prompt = builder.prompt_ids(SYSTEM_PROMPTS[fmt], task_prompt(task.instruction))
+    prompt = episode_prompt(builder, task, fmt)
     trajectory = Trajectory(task.id, task.content_hash, model, seed, prompt)
     context = TokenContext()
     context.extend(prompt, generated=False)
@@ -116,6 +116,11 @@ async def run_episode(
         if sandbox is not None:
             await pool.release(sandbox)
     return trajectory
+
+
+def episode_prompt(builder: ChatContextBuilder, task: Task, fmt: ActionFormat) -> list[int]:
+    """The token ids every episode of the task starts from (system prompt and task)."""
+    return builder.prompt_ids(SYSTEM_PROMPTS[fmt], task_prompt(task.instruction))
 
 
 async def play(

@@ -8,7 +8,8 @@ It reads top to bottom:
     --out unless overwrite
     build the task images (a task that fails is skipped; all failing is an error)
     start the policy engine and the speculative arm's predictors (cache, rules, world model)
-    for each episode (task, seed), interleaved so machine noise hits every arm alike:
+    for each episode (task, seed), interleaved so machine noise hits every arm alike, its
+    prompt prefilled first (so no arm is the only one to pay for it):
         sequential   the plain loop
         speculative  the configured cascade, depth, breadth and gate
         oracle       a perfect predictor replaying the sequential episode's real outputs
@@ -30,8 +31,9 @@ from pathlib import Path
 
 from environments.gc import run_scope
 from environments.tasks.model import Task
+from obsspec.agent.episode import episode_prompt
 from obsspec.errors import ConfigError, ObsspecError
-from obsspec.inference.base import Engine
+from obsspec.inference.base import Engine, Sampling
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.figures import ArmEpisodes, profile_figures
 from obsspec.rollout.dataset import ShardWriter, trajectory_row
@@ -158,6 +160,7 @@ class Arms:
         self.lost: dict = {}
 
     async def run(self, emit: Emit) -> ArmEpisodes | None:
+        await self.warm_prompt()
         seq = await self.episode("seq", None, emit)
         if seq is None:
             return None
@@ -174,6 +177,15 @@ class Arms:
         if spec is None or oracle is None:
             return None
         return ArmEpisodes(seq, spec, oracle)
+
+    async def warm_prompt(self) -> None:
+        """Prefill the episode's prompt before any arm runs. The engine caches prefixes, so
+        otherwise the first arm alone would pay for the prompt (the sequential arm, always
+        first: the saving would be overstated)."""
+        engine = self.policy.engine_for(self.task)
+        limits = self.policy.limits_for(self.task, self.arm_config.limits)
+        prompt = episode_prompt(self.policy.builder, self.task, limits.action_format)
+        await engine.generate(prompt, Sampling(max_tokens=1, temperature=0.0), priority=0)
 
     async def episode(self, arm: str, loop, emit: Emit) -> dict | None:
         item: WorkItem = self.item
