@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 EXTRA ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
 STAMP := $(VENV)/.installed-$(EXTRA)-$(shell cat pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
-# Where `make demo` writes its tasks and datasets (rerunning it resumes, so it is quick).
+# Where `make demo` writes its tasks, datasets and models (rerunning it reuses them).
 DEMO ?= demo-run
+DEMO_LIMITS := --max-turns 10 --max-tokens 128 --temperature 0
 # No model hub is reachable (or needed): every model is a local directory.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
@@ -40,26 +41,22 @@ model: python
 demo: setup
 	$(BIN)/obsspec doctor
 	$(BIN)/obsspec env run -- 'echo "hello from $$(hostname)"; uname -sm; python3 --version; pwd'
-	$(BIN)/obsspec env generate --out $(DEMO)/tasks --n 8 --seed 0 >/dev/null
+	@# The slow-command workload: 12 built-in tasks to learn from, 3 unseen ones to profile on.
+	$(BIN)/obsspec env generate --out $(DEMO)/tasks --n 12 --seed 0 --families workflow-ci >/dev/null
+	$(BIN)/obsspec env generate --out $(DEMO)/profile-tasks --n 3 --seed 1 --families workflow-ci >/dev/null
 	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/oracle --policy oracle -c 4
-	$(BIN)/obsspec env generate --out $(DEMO)/eval-tasks --n 4 --seed 1 >/dev/null
-	@# The policy: the default model warm-started on the oracle's episodes (trained once, then
-	@# reused), scored against its base on tasks of another seed; every later step uses it.
-	if [ -f $(DEMO)/policy/obsspec-train.json ]; then \
-		$(BIN)/obsspec sft --eval-only --model $(DEMO)/policy --eval-tasks $(DEMO)/eval-tasks; \
-	else \
-		$(BIN)/obsspec sft --data $(DEMO)/oracle --out $(DEMO)/policy --eval-tasks $(DEMO)/eval-tasks \
-			--epochs 3 --lr 2e-4 --batch-tokens 4096 --overwrite; \
-	fi
-	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/policy-run --policy $(DEMO)/policy -c 8
-	@# The world model: trained on the oracle's episodes, scored on tasks of another seed.
-	$(BIN)/obsspec collect --tasks $(DEMO)/eval-tasks --out $(DEMO)/eval-oracle --policy oracle -k 2 -c 4
-	if [ -f $(DEMO)/wm/obsspec-train.json ]; then \
-		$(BIN)/obsspec train-wm --eval-only --model $(DEMO)/wm --data $(DEMO)/eval-oracle; \
-	else \
-		$(BIN)/obsspec train-wm --data $(DEMO)/oracle --eval-data $(DEMO)/eval-oracle \
-			--out $(DEMO)/wm --epochs 3 --lr 2e-4 --batch-tokens 4096 --overwrite; \
-	fi
+	@# The policy: the default model warm-started on the oracle's episodes (trained once, reused).
+	[ -f $(DEMO)/policy/obsspec-train.json ] || $(BIN)/obsspec sft --data $(DEMO)/oracle \
+		--out $(DEMO)/policy --no-eval --epochs 4 --lr 3e-4 --batch-tokens 4096 --overwrite
+	@# Its episodes: the real observations a world model learns from (with the oracle's).
+	$(BIN)/obsspec collect --tasks $(DEMO)/tasks --out $(DEMO)/policy-run --policy $(DEMO)/policy \
+		-c 8 $(DEMO_LIMITS)
+	[ -f $(DEMO)/wm/obsspec-train.json ] || $(BIN)/obsspec train-wm --data $(DEMO)/oracle \
+		--data $(DEMO)/policy-run --out $(DEMO)/wm --no-eval --epochs 3 --lr 3e-4 \
+		--batch-tokens 4096 --overwrite
+	@# Sequential vs speculative vs oracle on the unseen tasks: the table, report.html, plots.
+	$(BIN)/obsspec profile --tasks $(DEMO)/profile-tasks --policy $(DEMO)/policy \
+		--world-model $(DEMO)/wm --out $(DEMO)/profile --overwrite $(DEMO_LIMITS)
 
 test: setup
 	$(BIN)/pytest --require-capabilities $(PYTEST_ARGS)
