@@ -52,16 +52,21 @@ def read_rows(run_dir: Path, *, flag: str = "--data") -> list[dict]:
 
 def read_run_manifest(run_dir: Path, *, flag: str = "--data") -> dict:
     """The run's manifest.json (empty when the run has none: a dataset copied without it)."""
+    return read_json_object(run_dir / MANIFEST, flag=flag)
+
+
+def read_json_object(path: Path, *, flag: str) -> dict:
+    """A JSON object file of a run directory ({} when absent or not an object); unreadable
+    is an error naming the flag that pointed at it."""
     import json
 
-    path = run_dir / MANIFEST
     if not path.is_file():
         return {}
     try:
-        manifest = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{flag} {run_dir}: unreadable {MANIFEST}: {e}") from e
-    return manifest if isinstance(manifest, dict) else {}
+        raise ConfigError(f"{flag} {path.parent}: unreadable {path.name}: {e}") from e
+    return data if isinstance(data, dict) else {}
 
 
 def action_format(manifest: dict) -> str:

@@ -40,7 +40,6 @@ once per seed, so every simulated point shares them (common random numbers).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -54,7 +53,7 @@ from pydantic import Field
 
 from obsspec.config import StrictModel
 from obsspec.errors import ConfigError
-from obsspec.runs import DATA_DIR, MANIFEST, read_rows, shard_paths
+from obsspec.runs import DATA_DIR, read_json_object, read_rows, read_run_manifest, shard_paths
 from obsspec.speculation.gate import command_family
 
 FLAG = "--calibrate"
@@ -191,7 +190,7 @@ def _from_profile(run_dir: Path) -> Calibration:
             f"{FLAG} {run_dir}: no episode (task_id, episode_index) is in both the seq and the "
             "spec arm; was the profile interrupted before its first episode?"
         )
-    report = _read_json(run_dir / REPORT)
+    report = read_json_object(run_dir / REPORT, flag=FLAG)
     config = report.get("config") or {}
     seq_rows, spec_rows = [seq[k] for k in keys], [spec[k] for k in keys]
     oracle_rows = [oracle[k] for k in keys] if all(k in oracle for k in keys) else None
@@ -209,7 +208,7 @@ def _from_profile(run_dir: Path) -> Calibration:
 
 def _from_collect(run_dir: Path) -> Calibration:
     rows = read_rows(run_dir, flag=FLAG)
-    manifest = _read_json(run_dir / MANIFEST)
+    manifest = read_run_manifest(run_dir, flag=FLAG)
     speculation = (manifest.get("config") or {}).get("speculation") or {}
     if not speculation.get("enabled"):
         speculation = {"gate": {"mode": "off"}}
@@ -341,16 +340,6 @@ def _measured(
 
 def _keyed(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return {(row["task_id"], row["episode_index"]): row for row in rows}
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{FLAG} {path.parent}: unreadable {path.name}: {e}") from e
-    return data if isinstance(data, dict) else {}
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
