@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cli import collect, doctor, env, episode, models, profile, sft, train_wm
+from cli import collect, doctor, env, episode, models, profile, rl, sft, train_wm
 from cli.common import err
 from obsspec import __version__
 from obsspec.errors import ObsspecError
@@ -30,6 +30,7 @@ app.command("episode")(episode.episode)
 app.command("collect")(collect.collect)
 app.command("train-wm")(train_wm.train_wm)
 app.command("sft")(sft.sft)
+app.command("rl")(rl.rl)
 app.add_typer(profile.app, name="profile")
 
 

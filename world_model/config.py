@@ -1,4 +1,5 @@
-"""Settings of `obsspec train-wm` (training) and `obsspec train-wm --eval-only` (evaluation)."""
+"""Settings of `obsspec train-wm` (training), `obsspec train-wm --eval-only` (evaluation) and
+of the world model's co-training inside `obsspec rl`."""
 
 from __future__ import annotations
 
@@ -60,3 +61,25 @@ class TrainWMConfig(SplitSettings):
 class EvalWMConfig(SplitSettings):
     model: str = Field(description="The world model to evaluate (name or HF directory).")
     eval: EvalSettings = Field(default_factory=EvalSettings, description="The evaluation.")
+
+
+class CotrainSettings(StrictModel):
+    enabled: bool = Field(
+        default=True, description="Fine-tune the world model on every step's observations."
+    )
+    lr: float = Field(default=1e-5, gt=0, lt=1, description="World-model learning rate.")
+    updates: int = Field(default=1, ge=1, description="World-model optimizer steps per RL step.")
+    replay_size: int = Field(
+        default=512, ge=0, description="World-model examples kept from earlier steps."
+    )
+    replay_sample: int = Field(
+        default=64, ge=0, description="Replayed examples added to each step's fresh ones."
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        description="First steps run without speculation (the world model still learns).",
+    )
+    batch_tokens: int = Field(default=8192, ge=16, description="Tokens per forward pass.")
+    max_len: int = Field(default=4096, ge=8, description="Longer examples are skipped.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")

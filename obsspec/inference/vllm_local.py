@@ -216,6 +216,9 @@ class LocalVLLMEngine:
             await self._llm.collective_rpc(
                 "reload_weights", kwargs={"weights_path": str(checkpoint)}
             )
+            # Cached prefixes hold keys and values the old weights computed: a prompt that
+            # hit them would be continued from the old model's state.
+            await self._llm.reset_prefix_cache()
         except Exception as e:
             raise EngineError(f"could not load weights from {checkpoint}: {e}") from e
         self.weight_version += 1

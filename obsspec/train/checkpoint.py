@@ -65,6 +65,38 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     return torch.load(checkpoint / "trainer.pt", weights_only=False)
 
 
+def save_hf_weights(model, out: Path) -> Path:
+    """config.json + safetensors of the float32 master weights into `out`, which appears whole
+    or not at all: what an engine reloads in place (RL weight sync) and checkpoints hold."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def load_full_weights(model, folder: Path) -> None:
+    """The safetensors weights saved in `folder` into `model`, checked against it."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"--resume: {folder} holds no weights")
+    state: dict = {}
+    for path in files:
+        state.update(load_file(path))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # tied output embeddings are saved once; anything else missing is a broken checkpoint
+    if unexpected or any("lm_head" not in name for name in missing):
+        raise ConfigError(f"--resume: {folder} does not match the model being trained")
+
+
 def save_final(model, base: Path, out: Path, dtype: str) -> None:
     """Merge any LoRA adapter, save weights and the base's tokenizer into `out`."""
     import torch

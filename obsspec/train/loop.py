@@ -27,7 +27,13 @@ from obsspec.config import first_difference
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import Checkpoints, load_trainer_state, prepare_out, save_final
+from obsspec.train.checkpoint import (
+    Checkpoints,
+    load_full_weights,
+    load_trainer_state,
+    prepare_out,
+    save_final,
+)
 from obsspec.train.config import TrainSettings
 from obsspec.train.distributed import Ranks
 from obsspec.train.memory import check_memory, is_out_of_memory, out_of_memory_error
@@ -381,10 +387,4 @@ def load_weights(model, checkpoint: Path) -> None:
 
         set_peft_model_state_dict(model, load_file(files[0]))
         return
-    state: dict = {}
-    for path in files:
-        state.update(load_file(path))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # tied output embeddings are saved once; anything else missing is a broken checkpoint
-    if unexpected or any("lm_head" not in name for name in missing):
-        raise ConfigError(f"--resume: {folder} does not match the model being trained")
+    load_full_weights(model, folder)

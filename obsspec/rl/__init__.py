@@ -1,0 +1,1 @@
+"""obsspec rl: GRPO on speculative rollouts with world-model co-training."""

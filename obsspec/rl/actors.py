@@ -1,0 +1,171 @@
+"""The roles of an RL run as Ray actors, and where they are placed.
+
+    roles = await Roles.start(ray, config, models_dir, tasks, restore)
+    roles.workers        rollout workers: a policy engine, a world-model engine, sandboxes
+    roles.trainer        the policy trainer (torch)
+    roles.wm_trainer     the world-model co-trainer (None when co-training is off)
+
+On a CPU machine every role shares the CPUs (each actor holds a token share, so any number
+fit); on a cluster each takes the GPUs `placement` gives it. The trainers run torch on all
+the node's cores: in the synchronous step they train while the engines are idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from environments.tasks.model import Task
+from obsspec.errors import ConfigError
+from obsspec.rl.config import RLConfig
+from obsspec.rl.rollout import Restore, RolloutWorker
+
+CPU_SHARE = 0.01  # an actor's CPU "reservation" when roles share the CPUs
+
+
+class RolloutActor:
+    def __init__(self, config: RLConfig, models_dir: Path, tasks: list[Task], index: int):
+        self.worker = RolloutWorker(config, models_dir, tasks, index)
+
+    async def start(self, restore: Restore) -> dict[str, str]:
+        return await self.worker.start(restore)
+
+    async def rollout(self, specs, speculate: bool) -> list:
+        return await self.worker.rollout(specs, speculate=speculate)
+
+    async def progress(self):
+        return self.worker.progress
+
+    async def load_policy(self, weights: Path, version: int) -> None:
+        await self.worker.load_policy(weights, version)
+
+    async def load_world_model(self, weights: Path) -> None:
+        await self.worker.load_world_model(weights)
+
+    async def close(self) -> None:
+        await self.worker.close()
+
+
+def use_all_cores(cpus: int | None) -> None:
+    """Ray limits a worker's torch threads to its CPU reservation; trainers want the node."""
+    import torch
+
+    torch.set_num_threads(cpus or os.cpu_count() or 1)
+
+
+class PolicyTrainerActor:
+    def __init__(self, base: Path, config: RLConfig, restore: Path | None) -> None:
+        from obsspec.rl.policy_trainer import PolicyTrainer
+
+        use_all_cores(config.placement.num_cpus)
+        self.trainer = PolicyTrainer(base, config.grpo, config.seed)
+        if restore is not None:
+            self.trainer.restore(restore)
+
+    def update(self, episodes, step: int) -> dict:
+        return self.trainer.update(episodes, step)
+
+    def save_weights(self, out: Path) -> Path:
+        return self.trainer.save_weights(out)
+
+    def save(self, folder: Path) -> None:
+        self.trainer.save(folder)
+
+
+class CoTrainerActor:
+    def __init__(self, base: Path, config: RLConfig, restore: Path | None) -> None:
+        from world_model.cotrain import CoTrainer
+
+        use_all_cores(config.placement.num_cpus)
+        fmt = config.limits.action_format
+        self.trainer = CoTrainer(base, config.cotrain, fmt, config.seed)
+        if restore is not None:
+            self.trainer.restore(restore)
+
+    def update(self, rows: list[dict]) -> dict:
+        return self.trainer.update(rows)
+
+    def save_weights(self, out: Path) -> Path:
+        return self.trainer.save_weights(out)
+
+    def save(self, folder: Path) -> None:
+        self.trainer.save(folder)
+
+
+def check_gpus(ray, config: RLConfig) -> None:
+    wanted = config.placement.gpus_requested
+    if wanted <= 0:
+        return
+    have = ray.cluster_resources().get("GPU", 0)
+    if have < wanted:
+        p = config.placement
+        raise ConfigError(
+            f"placement asks for {wanted:g} GPUs (rollout_workers {p.rollout_workers} x "
+            f"rollout_gpus {p.rollout_gpus:g} + trainer_gpus {p.trainer_gpus:g} + "
+            f"wm_trainer_gpus {p.wm_trainer_gpus:g}), but the Ray cluster has {have:g}",
+            hint="set the placement's GPUs to 0 to run on CPUs, or join a cluster with GPUs "
+            "(--ray-address)",
+        )
+
+
+def options(gpus: float) -> dict:
+    return {"num_gpus": gpus, "num_cpus": 1 if gpus else CPU_SHARE}
+
+
+@dataclass
+class Roles:
+    workers: list
+    trainer: object
+    wm_trainer: object | None
+
+    @classmethod
+    async def start(
+        cls,
+        ray,
+        config: RLConfig,
+        models_dir: Path,
+        tasks: list[Task],
+        bases: tuple[Path, Path],
+        checkpoint: Path | None,
+        version: int,
+    ) -> tuple[Roles, dict[str, str]]:
+        """Every actor created and loaded (concurrently); {task: why it cannot run}."""
+        p = config.placement
+        policy_base, wm_base = bases
+        worker_class = ray.remote(RolloutActor).options(**options(p.rollout_gpus))
+        workers = [
+            worker_class.remote(config, models_dir, tasks, i) for i in range(p.rollout_workers)
+        ]
+        trainer = (
+            ray.remote(PolicyTrainerActor)
+            .options(**options(p.trainer_gpus))
+            .remote(policy_base, config, checkpoint and checkpoint / "policy")
+        )
+        wm_trainer = None
+        if config.cotrain.enabled:
+            wm_trainer = (
+                ray.remote(CoTrainerActor)
+                .options(**options(p.wm_trainer_gpus))
+                .remote(wm_base, config, checkpoint and checkpoint / "world_model")
+            )
+        roles = cls(workers, trainer, wm_trainer)
+        restore = Restore()
+        if checkpoint is not None:
+            wm_weights = checkpoint / "world_model" / "model"
+            restore = Restore(
+                checkpoint / "policy" / "model",
+                wm_weights if wm_weights.is_dir() else None,
+                version,
+            )
+        skipped = await asyncio.gather(*(w.start.remote(restore) for w in workers))
+        # the trainers load in their constructors; a call waits for them
+        await asyncio.gather(*(a.__ray_ready__.remote() for a in roles.trainers()))
+        return roles, skipped[0]
+
+    def trainers(self) -> list:
+        return [a for a in (self.trainer, self.wm_trainer) if a is not None]
+
+    def all(self) -> list:
+        return [*self.workers, *self.trainers()]

@@ -1,0 +1,186 @@
+"""The typed config of `obsspec rl`: defaults < the `[rl]` table of --config < flags.
+
+    [rl]
+    tasks = "tasks/"            # built-in or Harbor tasks
+    out = "rl-run"
+    steps = 20
+    [rl.grpo]
+    group_size = 4              # episodes per task per step
+    tasks_per_step = 2
+    [rl.cotrain]
+    replay_size = 512           # world-model examples kept from earlier steps
+    [rl.placement]
+    rollout_workers = 1         # each: a policy engine, a world-model engine, sandboxes
+
+Unknown keys anywhere are errors that name them (StrictModel).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from obsspec.agent.episode import EpisodeLimits
+from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
+from obsspec.rollout.config import CollectConfig, EngineOptions, SpeculationConfig
+from obsspec.speculation.runner import SpeculationSettings
+from world_model.config import CotrainSettings
+
+
+def rl_limits() -> EpisodeLimits:
+    """Short episodes: RL samples many of them, and a small model uses few turns well."""
+    return EpisodeLimits(max_turns=8, max_tokens=128, temperature=1.0)
+
+
+class GRPOSettings(StrictModel):
+    group_size: int = Field(
+        default=4, ge=2, description="Episodes of each task per step (one GRPO group)."
+    )
+    tasks_per_step: int = Field(default=2, ge=1, description="Tasks (groups) per step.")
+    clip_low: float = Field(default=0.2, ge=0, lt=1, description="PPO clip below 1 (1 - low).")
+    clip_high: float = Field(
+        default=0.28, ge=0, description="PPO clip above 1 (1 + high; higher than low: DAPO)."
+    )
+    kl_coef: float = Field(
+        default=0.0, ge=0, description="Weight of the KL to the initial policy (0: off)."
+    )
+    scale_by_std: bool = Field(
+        default=True, description="Divide advantages by the group's reward std."
+    )
+    reward_requires_done: bool = Field(
+        default=True, description="An episode earns the verifier's reward only if it said done."
+    )
+    lr: float = Field(default=1e-6, gt=0, lt=1, description="Policy learning rate (AdamW).")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    minibatches: int = Field(
+        default=1,
+        ge=1,
+        description="Optimizer steps per RL step, each on a share of its episodes "
+        "(above 1, later ones are off-policy and the clip matters).",
+    )
+    batch_tokens: int = Field(
+        default=8192, ge=16, description="Tokens per forward pass, padding included."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", description="Trainer compute precision (weights stay float32)."
+    )
+
+
+class PlacementSettings(StrictModel):
+    """Where the roles run. On a CPU machine everything shares the CPUs; on a cluster each
+    role gets its GPUs (a rollout worker's policy and world-model engines share its GPU)."""
+
+    rollout_workers: int = Field(default=1, ge=1, description="Rollout workers (Ray actors).")
+    rollout_gpus: float = Field(default=0, ge=0, description="GPUs per rollout worker.")
+    trainer_gpus: float = Field(default=0, ge=0, description="GPUs of the policy trainer.")
+    wm_trainer_gpus: float = Field(default=0, ge=0, description="GPUs of the world-model trainer.")
+    num_cpus: int | None = Field(
+        default=None, ge=1, description="CPUs of the local Ray cluster [default: all]."
+    )
+    ray_address: str | None = Field(
+        default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
+    )
+
+    @property
+    def gpus_requested(self) -> float:
+        return self.rollout_workers * self.rollout_gpus + self.trainer_gpus + self.wm_trainer_gpus
+
+
+class RLConfig(StrictModel):
+    tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
+    out: Path = Field(description="The run directory (metrics, checkpoints, TensorBoard).")
+    policy: str = Field(default=DEFAULT_MODEL, description="The initial policy (name or dir).")
+    world_model: str | None = Field(
+        default=None, description="The initial world model [default: the policy's model]."
+    )
+    steps: int = Field(default=20, ge=1, description="RL steps to run (in all, with resumes).")
+    seed: int = Field(default=0, description="Seeds task order, episodes and trainers.")
+    limits: EpisodeLimits = Field(default_factory=rl_limits)
+    engine: EngineOptions = Field(default_factory=EngineOptions)
+    speculate: bool = Field(
+        default=True, description="Speculative rollouts (off: the sequential baseline)."
+    )
+    speculation: SpeculationSettings = Field(
+        default_factory=SpeculationSettings, description="Depth, breadth, gate."
+    )
+    wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+    wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
+    threshold: float = Field(
+        default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
+    )
+    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
+    cotrain: CotrainSettings = Field(default_factory=CotrainSettings)
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    concurrency: int = Field(default=8, ge=1, description="Episodes at once per rollout worker.")
+    max_attempts: int = Field(
+        default=3, ge=1, description="Tries per episode when the infrastructure fails."
+    )
+    checkpoint_every: int = Field(default=5, ge=1, description="Checkpoint every N steps.")
+    keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk.")
+    sandbox_cpuset: str | None = Field(
+        default=None, description="Pin every sandbox to these cores, away from the engines'."
+    )
+    tensorboard: bool = Field(default=True, description="Also log metrics for TensorBoard.")
+    resume: bool = Field(default=False, description="Continue OUT from its last checkpoint.")
+    overwrite: bool = Field(default=False, description="Replace a run already in OUT.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RLConfig:
+        if self.resume and self.overwrite:
+            raise ValueError("resume and overwrite contradict each other")
+        return self
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.grpo.group_size * self.grpo.tasks_per_step
+
+    def collect_config(self) -> CollectConfig:
+        """The settings a rollout worker plays its episodes with (collect's own code)."""
+        speculation = SpeculationConfig(
+            **self.speculation.model_dump(),
+            enabled=True,
+            world_model=self.world_model or self.policy,
+            threshold=self.threshold,
+            wm_max_tokens=self.wm_max_tokens,
+            wm_kv_cache_gb=self.wm_kv_cache_gb,
+        )
+        return CollectConfig(
+            tasks=self.tasks,
+            out=self.out,
+            policy=self.policy,
+            seed=self.seed,
+            limits=self.limits,
+            engine=self.engine,
+            concurrency=self.concurrency,
+            max_attempts=self.max_attempts,
+            sandbox_cpuset=self.sandbox_cpuset,
+            speculation=speculation,
+        )
+
+    def identity(self) -> dict[str, Any]:
+        """What decides what is learned: a resumed run must have the same. Speculation,
+        placement and bookkeeping are not part of it (they change speed, not data)."""
+        return {
+            "tasks": os.path.abspath(self.tasks),
+            "policy": self.policy,
+            "world_model": self.world_model,
+            "seed": self.seed,
+            "limits": self.limits.model_dump(mode="json"),
+            "grpo": self.grpo.model_dump(mode="json"),
+            "cotrain": self.cotrain.model_dump(mode="json"),
+        }
+
+
+REQUIRED = {"tasks": "--tasks", "out": "--out"}
+
+
+def load_rl_config(
+    config_file: Path | None, flags: dict[str, Any], *, default_policy: str = DEFAULT_MODEL
+) -> RLConfig:
+    return load_pipeline_config(
+        RLConfig, "rl", config_file, flags, required=REQUIRED, defaults={"policy": default_policy}
+    )

@@ -1,0 +1,323 @@
+"""`obsspec rl`: the driver that owns the step loop. It reads top to bottom:
+
+    check the models (policy and world model share a tokenizer) and load the tasks
+    prepare OUT: a new run, or the same run resumed from its last checkpoint
+    start Ray (or join --ray-address), check the GPUs asked for exist, start the roles
+    each step:
+        rollout   the step's groups across the rollout workers, speculative unless told not
+                  to (or in the co-training warm-up); infrastructure failures are retried,
+                  then their groups masked
+        train     the policy's GRPO update and the world model's co-training, side by side
+        sync      both trainers save weights; every engine reloads them in place
+        record    one metrics row (metrics.jsonl, TensorBoard); a checkpoint every N steps
+    stop the roles (engines, containers) and Ray, whatever ended the run
+
+A step is all or nothing: its metrics row is written after it finished, and checkpoints are
+renamed into place when whole, so a run stopped anywhere resumes at the step after its last
+checkpoint and repeats exactly what it would have done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from obsspec.errors import ConfigError, ObsspecError
+from obsspec.models.registry import resolve_model
+from obsspec.rl.actors import Roles, check_gpus
+from obsspec.rl.config import RLConfig
+from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
+from obsspec.rl.metrics import StepTimes, TensorBoard, step_row
+from obsspec.rl.rollout import EpisodeSpec, check_runnable
+from obsspec.rl.run_files import RLRunDir
+from obsspec.rl.steps import build_batch, plan_step
+from obsspec.rollout.plan import load_task_set
+from obsspec.rollout.rundir import now
+from obsspec.rollout.speculation import check_world_model
+
+OnEvent = Callable[[Event], None]
+POLL_S = 0.5
+
+
+class RLRunError(ObsspecError):
+    """The run cannot go on (a role died, every episode failed); the message says why and
+    the hint how to continue."""
+
+
+async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda _: None) -> dict:
+    bases = (
+        resolve_model(config.policy, models_dir),
+        resolve_model(config.world_model or config.policy, models_dir),
+    )
+    check_world_model(config.collect_config(), models_dir)
+    tasks, broken = load_task_set(config.tasks, strict=False)
+    for path, reason in broken.items():
+        on_event(Note(f"skipped task {path}: {reason}"))
+    if not tasks:
+        raise ConfigError(f"--tasks {config.tasks}: no task loads")
+    run = RLRunDir(config.out)
+    run.prepare(resume=config.resume, overwrite=config.overwrite)
+    done, checkpoint = run.resume_point(config.identity()) if config.resume else (0, None)
+    run.keep_metrics_through(done)
+    state = Loop(config, run, on_event, done, checkpoint)
+    state.manifest = {
+        **(run.read_manifest() if config.resume else {"created_at": now()}),
+        "identity": config.identity(),
+        "config": config.model_dump(mode="json"),
+        "status": "running",
+        "steps_done": done,
+    }
+    run.write_manifest(state.manifest)
+    on_event(
+        RunStarted(
+            done + 1,
+            config.steps,
+            len(tasks),
+            config.placement.rollout_workers,
+            checkpoint and checkpoint.name,
+        )
+    )
+    try:
+        async with ray_session(config) as ray:
+            await state.run(ray, models_dir, tasks, bases)
+    except BaseException as e:
+        stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
+        state.finish("interrupted" if stopped else "failed", error=str(e))
+        raise
+    state.finish("complete")
+    return state.summary()
+
+
+@contextlib.asynccontextmanager
+async def ray_session(config: RLConfig):
+    import ray
+
+    from obsspec.rollout.ray_workers import FORWARDED_ENV
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = config.placement.ray_address
+        ray.init(
+            address=address,
+            num_cpus=None if address else config.placement.num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}},
+        )
+    try:
+        check_gpus(ray, config)
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+class Loop:
+    """The step loop's state: where it is, what it has written."""
+
+    def __init__(self, config: RLConfig, run: RLRunDir, on_event: OnEvent, done, checkpoint):
+        self.config = config
+        self.run_dir = run
+        self.on_event = on_event
+        self.done = done  # steps finished (and recorded)
+        self.first = done
+        self.checkpoint = checkpoint
+        self.version = done  # the policy's weight version: one per update applied
+        self.manifest: dict = {}
+        self.last_row: dict | None = None
+        self.step = done + 1
+
+    async def run(self, ray, models_dir: Path, tasks, bases) -> None:
+        if self.checkpoint is not None:
+            self.version = self.read_version()
+        roles, skipped = await Roles.start(
+            ray, self.config, models_dir, tasks, bases, self.checkpoint, self.version
+        )
+        board = None
+        try:
+            check_runnable(skipped, tasks)
+            for task_id, reason in skipped.items():
+                self.on_event(Note(f"skipped task {task_id}: {reason}"))
+            runnable = [t.id for t in tasks if t.id not in skipped]
+            if self.config.tensorboard:
+                board = TensorBoard(self.run_dir.root / "tensorboard", self.done)
+            for index in range(self.done, self.config.steps):
+                self.step = index + 1
+                row = await self.one_step(ray, roles, runnable, index)
+                self.record(row, board)
+                if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+                    await self.save_checkpoint(ray, roles)
+        finally:
+            if board is not None:
+                board.close()
+            await stop_roles(ray, roles)
+
+    def read_version(self) -> int:
+        from obsspec.runs import read_json_object
+
+        state = read_json_object(self.checkpoint / "driver.json", flag="--resume")
+        return int(state.get("weight_version", self.done))
+
+    async def one_step(self, ray, roles: Roles, runnable: list[str], index: int) -> dict:
+        config = self.config
+        specs = plan_step(runnable, index, config)
+        speculate = config.speculate and index >= config.cotrain.warmup_steps
+        started = time.monotonic()
+        self.on_event(Phase(self.step, "rollout"))
+        trajectories = await self.rollout(ray, roles, specs, speculate)
+        rolled = time.monotonic()
+        batch = build_batch(specs, trajectories, config.grpo)
+        if not batch.trajectories:
+            raise RLRunError(
+                f"step {self.step}: every one of its {len(specs)} episodes failed on the "
+                f"infrastructure, {config.max_attempts} attempts each",
+                hint="check Docker and the tasks (`obsspec doctor`, `obsspec env validate`); "
+                "then rerun with --resume",
+            )
+        self.on_event(Phase(self.step, "train"))
+        rows = [t.to_dict() for t in batch.trajectories]
+        updates = [roles.trainer.update.remote(batch.episodes, index)]
+        if roles.wm_trainer is not None:
+            updates.append(roles.wm_trainer.update.remote(rows))
+        results = await self.call(ray, asyncio.gather(*updates), "a trainer")
+        policy_stats, wm_stats = results[0], (results[1] if len(results) > 1 else None)
+        trained = time.monotonic()
+        self.on_event(Phase(self.step, "sync"))
+        await self.sync(ray, roles, policy_stats["trained_episodes"] > 0)
+        synced = time.monotonic()
+        times = StepTimes(rolled - started, trained - rolled, synced - trained, synced - started)
+        return step_row(
+            self.step,
+            batch,
+            policy_stats,
+            wm_stats,
+            times,
+            speculate=speculate,
+            weight_version=self.version,
+        )
+
+    async def rollout(self, ray, roles: Roles, specs: list[EpisodeSpec], speculate: bool):
+        """Whole groups to each worker (siblings share a worker's cache); results in order."""
+        workers = roles.workers
+        shares: list[list[EpisodeSpec]] = [[] for _ in workers]
+        for spec in specs:
+            shares[spec.group % len(workers)].append(spec)
+        runs = [
+            asyncio.ensure_future(self.call(ray, w.rollout.remote(share, speculate), "a worker"))
+            for w, share in zip(workers, shares, strict=True)
+        ]
+        while not all(run.done() for run in runs):
+            await asyncio.wait(runs, timeout=POLL_S)
+            await self.report_progress(workers, len(specs))
+        results = [run.result() for run in runs]
+        by_spec = {}
+        for share, trajectories in zip(shares, results, strict=True):
+            by_spec.update(zip(share, trajectories, strict=True))
+        return [by_spec[spec] for spec in specs]
+
+    async def report_progress(self, workers, total: int) -> None:
+        try:
+            progress = await asyncio.gather(*(w.progress.remote() for w in workers))
+        except Exception:  # a dying worker: its rollout call reports why
+            return
+        done = sum(p.done for p in progress)
+        failed = sum(p.failed_attempts for p in progress)
+        self.on_event(RolloutProgress(self.step, done, total, failed))
+
+    async def sync(self, ray, roles: Roles, policy_changed: bool) -> None:
+        loads = []
+        sync = self.run_dir.sync
+        if policy_changed:
+            path = await self.call(
+                ray, roles.trainer.save_weights.remote(sync / "policy"), "the trainer"
+            )
+            self.version += 1
+            loads += [w.load_policy.remote(path, self.version) for w in roles.workers]
+        if roles.wm_trainer is not None:
+            path = await self.call(
+                ray, roles.wm_trainer.save_weights.remote(sync / "world_model"), "the co-trainer"
+            )
+            loads += [w.load_world_model.remote(path) for w in roles.workers]
+        await self.call(ray, asyncio.gather(*loads), "a worker")
+
+    async def save_checkpoint(self, ray, roles: Roles) -> None:
+        self.on_event(Phase(self.step, "checkpoint"))
+        tmp = self.run_dir.checkpoint_tmp(self.step)
+        saves = [roles.trainer.save.remote(tmp / "policy")]
+        if roles.wm_trainer is not None:
+            saves.append(roles.wm_trainer.save.remote(tmp / "world_model"))
+        await self.call(ray, asyncio.gather(*saves), "a trainer")
+        state = {
+            "step": self.step,
+            "identity": self.config.identity(),
+            "data_cursor": self.step * self.config.grpo.tasks_per_step,
+            "weight_version": self.version,
+            "saved_at": now(),
+        }
+        keep = self.config.keep_checkpoints
+        self.checkpoint = self.run_dir.commit_checkpoint(tmp, self.step, state, keep)
+        self.manifest["last_checkpoint"] = self.checkpoint.name
+        self.run_dir.write_manifest(self.manifest)
+
+    def record(self, row: dict, board: TensorBoard | None) -> None:
+        self.run_dir.append_metrics(row)
+        if board is not None:
+            board.add(row)
+        self.done = self.step
+        self.last_row = row
+        self.manifest["steps_done"] = self.done
+        self.run_dir.write_manifest(self.manifest)
+        self.on_event(StepDone(row))
+
+    async def call(self, ray, awaitable, role: str):
+        """Await a role; a dead actor or a failure inside one becomes a clear RLRunError."""
+        try:
+            return await awaitable
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, ObsspecError):
+                raise cause from None
+            raise RLRunError(
+                f"step {self.step}: {role} failed: {cause or e}", hint=self.resume_hint()
+            ) from e
+        except ray.exceptions.RayActorError as e:
+            raise RLRunError(
+                f"step {self.step}: {role} died ({type(e).__name__}); steps after the last "
+                "checkpoint are not kept",
+                hint=self.resume_hint(),
+            ) from e
+
+    def resume_hint(self) -> str:
+        where = self.checkpoint.name if self.checkpoint else "the start"
+        return f"rerun the same command with --resume to continue from {where}"
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        self.manifest.update(status=status, steps_done=self.done)
+        if error:
+            self.manifest["error"] = error
+        if self.manifest:
+            self.run_dir.write_manifest(self.manifest)
+
+    def summary(self) -> dict:
+        return {
+            "out": str(self.config.out),
+            "status": "complete",
+            "steps_done": self.done,
+            "steps_this_run": self.done - self.first,
+            "last_checkpoint": self.checkpoint and self.checkpoint.name,
+            "last": self.last_row,
+        }
+
+
+async def stop_roles(ray, roles: Roles) -> None:
+    """Engines and containers stopped cleanly where possible, then every actor killed."""
+    closing = [w.close.remote() for w in roles.workers]
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 120)
+    for actor in roles.all():
+        with contextlib.suppress(Exception):
+            ray.kill(actor)

@@ -1,0 +1,106 @@
+"""One metrics row per step, from the step's batch and what the trainers and syncs reported.
+
+Rates are pooled over turns (matched / attempted over every speculated command of the
+step), not averaged over episodes. A figure that does not apply is None (null in JSON): no
+speculation this step, no co-training, nothing to train on.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from obsspec.rl.steps import StepBatch
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    rollout_s: float
+    train_s: float  # policy update and world-model update, which run side by side
+    sync_s: float  # weights saved and reloaded into every engine
+    step_s: float
+
+
+def speculation_totals(batch: StepBatch) -> dict[str, int]:
+    totals = {"attempted": 0, "matched": 0, "tokens_wasted": 0, "violations": 0, "turns": 0}
+    for trajectory in batch.trajectories:
+        for turn in trajectory.turns:
+            totals["turns"] += 1
+            record = turn.speculation
+            if record is None:
+                continue
+            totals["attempted"] += record.attempted
+            totals["matched"] += record.matched
+            totals["tokens_wasted"] += record.tokens_wasted
+            totals["violations"] += record.lossless_violation
+    return totals
+
+
+def step_row(
+    step: int,
+    batch: StepBatch,
+    policy: dict,
+    wm: dict | None,
+    times: StepTimes,
+    *,
+    speculate: bool,
+    weight_version: int,
+) -> dict:
+    rewards = batch.rewards
+    spec = speculation_totals(batch)
+    attempted = spec["attempted"]
+    return {
+        "step": step,
+        "reward_mean": statistics.fmean(rewards) if rewards else None,
+        "reward_std": statistics.pstdev(rewards) if rewards else None,
+        "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
+        "spec_match_rate": spec["matched"] / attempted if speculate and attempted else None,
+        "tokens_wasted": spec["tokens_wasted"],
+        "wm_loss": None if wm is None else wm["wm_loss"],
+        "policy_loss": policy["policy_loss"],
+        "clip_fraction": policy["clip_fraction"],
+        "logprob_mismatch": policy["logprob_mismatch"],
+        "rollout_seconds": times.rollout_s,
+        "train_seconds": times.train_s,
+        "sync_seconds": times.sync_s,
+        # beyond the required keys
+        "step_seconds": times.step_s,
+        "speculated": speculate,
+        "spec_attempted": attempted,
+        "spec_matched": spec["matched"],
+        "lossless_violations": spec["violations"],
+        "episodes": len(batch.trajectories),
+        "failed_episodes": batch.failed_episodes,
+        "masked_groups": batch.masked_groups,
+        "flat_groups": batch.flat_groups,
+        "turns_mean": spec["turns"] / len(batch.trajectories) if batch.trajectories else None,
+        "done_rate": (
+            sum(t.declared_done for t in batch.trajectories) / len(batch.trajectories)
+            if batch.trajectories
+            else None
+        ),
+        "trained_episodes": policy["trained_episodes"],
+        "trained_tokens": policy["trained_tokens"],
+        "grad_norm": policy["grad_norm"],
+        "kl": policy["kl"],
+        "wm_examples": None if wm is None else wm["wm_examples"],
+        "weight_version": weight_version,
+    }
+
+
+class TensorBoard:
+    """Every numeric figure of each row as a scalar (purged past `start` on a resume)."""
+
+    def __init__(self, log_dir, start_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(log_dir), purge_step=start_step + 1)
+
+    def add(self, row: dict) -> None:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, int | float) and value is not None:
+                self.writer.add_scalar(f"rl/{key}", value, row["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

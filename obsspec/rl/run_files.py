@@ -1,0 +1,152 @@
+"""An RL run directory: the manifest, per-step metrics, TensorBoard logs and checkpoints.
+
+    OUT/rl-run.json                       identity, config, status, steps done
+    OUT/metrics.jsonl                     one row per step (METRIC_KEYS on every row)
+    OUT/tensorboard/                      the same figures for TensorBoard
+    OUT/sync/{policy,world_model}/        the weights the engines last reloaded
+    OUT/checkpoints/step-00000005/        policy/{model,trainer.pt}, world_model/{...},
+                                          driver.json (step, identity, data cursor)
+
+A checkpoint is written under a temporary name and renamed when whole, and a metrics row is
+appended only after its step finished, so a run killed at any moment resumes from its last
+checkpoint; the rows of steps after it are dropped then (they will be run again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from obsspec.config import first_difference
+from obsspec.errors import ConfigError
+from obsspec.rollout.rundir import now
+from obsspec.runs import read_json_object
+
+MANIFEST = "rl-run.json"
+METRICS = "metrics.jsonl"
+PREFIX = "step-"
+DRIVER_STATE = "driver.json"
+
+# Every metrics row has these keys (null where a figure does not apply, e.g. no speculation).
+METRIC_KEYS = (
+    "step",
+    "reward_mean",
+    "reward_std",
+    "success_rate",
+    "spec_match_rate",
+    "tokens_wasted",
+    "wm_loss",
+    "policy_loss",
+    "clip_fraction",
+    "logprob_mismatch",
+    "rollout_seconds",
+    "train_seconds",
+    "sync_seconds",
+)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities are not JSON: they are written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RLRunDir:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.checkpoints = root / "checkpoints"
+        self.sync = root / "sync"
+
+    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+        root = self.root
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"--out {root} is a file, not a directory")
+        if overwrite and root.exists():
+            shutil.rmtree(root)
+        if resume and not (root / MANIFEST).is_file():
+            raise ConfigError(f"--resume: {root} holds no rl run to resume")
+        if not resume and root.exists() and any(root.iterdir()):
+            raise ConfigError(
+                f"--out {root} is not empty; use --resume to continue its run, --overwrite "
+                "to replace it, or another --out"
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        for tmp in self.checkpoints.glob(".*.tmp") if self.checkpoints.is_dir() else []:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # the manifest
+    def read_manifest(self) -> dict:
+        return read_json_object(self.root / MANIFEST, flag="--out")
+
+    def write_manifest(self, manifest: dict) -> None:
+        write_json(self.root / MANIFEST, {**manifest, "updated_at": now()})
+
+    # checkpoints
+    def latest_checkpoint(self) -> Path | None:
+        if not self.checkpoints.is_dir():
+            return None
+        found = sorted(
+            p for p in self.checkpoints.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
+        )
+        return found[-1] if found else None
+
+    def resume_point(self, identity: dict) -> tuple[int, Path | None]:
+        """(steps done, checkpoint) to continue from; (0, None) when none was saved yet."""
+        latest = self.latest_checkpoint()
+        if latest is None:
+            return 0, None
+        state = read_json_object(latest / DRIVER_STATE, flag="--resume")
+        if state.get("identity") != identity:
+            raise ConfigError(
+                f"--resume: {latest} belongs to a run with other settings "
+                f"({first_difference(state.get('identity') or {}, identity)}); resume with "
+                "the same ones, or start a new --out"
+            )
+        return int(state["step"]), latest
+
+    def checkpoint_tmp(self, step: int) -> Path:
+        tmp = self.checkpoints / f".{PREFIX}{step:08d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit_checkpoint(self, tmp: Path, step: int, state: dict, keep: int) -> Path:
+        write_json(tmp / DRIVER_STATE, state)
+        final = self.checkpoints / f"{PREFIX}{step:08d}"
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        found = sorted(p for p in self.checkpoints.iterdir() if p.name.startswith(PREFIX))
+        for old in found[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    # metrics
+    def append_metrics(self, row: dict) -> None:
+        with (self.root / METRICS).open("a") as out:
+            out.write(json.dumps({k: json_safe(v) for k, v in row.items()}) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def read_metrics(self) -> list[dict]:
+        path = self.root / METRICS
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def keep_metrics_through(self, step: int) -> None:
+        """Drop rows of steps after `step` (they are about to be run again)."""
+        rows = [r for r in self.read_metrics() if r["step"] <= step]
+        tmp = self.root / f".{METRICS}.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, self.root / METRICS)
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

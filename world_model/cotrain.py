@@ -1,0 +1,144 @@
+"""Co-training: the world model fine-tuned on each RL step's real observations, as it goes.
+
+    trainer = CoTrainer(base_dir, settings, action_format, seed)
+    stats = trainer.update(trajectory_rows, step)   # wm_loss, examples, tokens, seconds
+    trainer.save_weights(sync_dir)                   # the world-model engine reloads it
+
+As the policy learns, the commands it runs and so the observations it must be told change;
+a world model trained once drifts away from them. Each step the model takes `updates`
+optimizer steps on that step's command turns (built exactly as `train-wm` builds them) plus
+`replay_sample` examples drawn from a bounded buffer of earlier steps', so it neither forgets
+at once nor spends its time on stale data. The loss reported is the token mean of the first
+update's forward passes: the loss on this step's data before learning it, the drift signal.
+The buffer, its random state and the optimizer go into checkpoints, so a resumed run draws
+the same replay as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from pathlib import Path
+
+from obsspec.agent.protocol import ActionFormat
+from obsspec.train.batches import plan_batches
+from obsspec.train.checkpoint import load_full_weights, save_hf_weights
+from obsspec.train.config import TrainSettings
+from obsspec.train.loop import TrainingError, autocast
+from obsspec.train.model import batch_tensors, labelled_loss_sum, load_model, placement
+from obsspec.train.sequences import Sample, pack
+from world_model.config import CotrainSettings
+from world_model.data import world_model_prompt
+from world_model.examples import build_examples
+
+
+class ReplayBuffer:
+    """The last `size` samples seen; draws are reproducible from the buffer's own RNG."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.samples: deque[Sample] = deque(maxlen=size)
+        self.rng = random.Random(seed)
+
+    def draw(self, k: int) -> list[Sample]:
+        return self.rng.sample(list(self.samples), min(k, len(self.samples)))
+
+    def add(self, samples: list[Sample]) -> None:
+        self.samples.extend(samples)
+
+    def state(self) -> dict:
+        return {"samples": list(self.samples), "rng": self.rng.getstate()}
+
+    def load(self, state: dict) -> None:
+        self.samples.clear()
+        self.samples.extend(state["samples"])
+        self.rng.setstate(state["rng"])
+
+
+class CoTrainer:
+    def __init__(
+        self,
+        base: Path,
+        settings: CotrainSettings,
+        action_format: ActionFormat,
+        seed: int,
+        *,
+        device: str = "auto",
+    ) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        torch.manual_seed(seed)
+        self.settings = settings
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        self.prompt = world_model_prompt(tokenizer, action_format)
+        self.pad_id = tokenizer.pad_token_id or 0
+        self.where = placement(TrainSettings(device=device))
+        self.model = load_model(base, self.where, None)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        self.replay = ReplayBuffer(settings.replay_size, seed)
+
+    def update(self, rows: list[dict]) -> dict[str, float]:
+        start = time.monotonic()
+        examples, _, _ = build_examples(rows, self.prompt, held_out_fraction=0.0)
+        fresh = [Sample(e.prompt_ids, e.target_ids) for e in examples]
+        samples = fresh + self.replay.draw(self.settings.replay_sample)
+        self.replay.add(fresh)
+        sequences = pack(samples, self.settings.max_len).sequences
+        if not sequences:
+            return {"wm_loss": float("nan"), "wm_examples": 0, "wm_tokens": 0, "wm_seconds": 0.0}
+        first_loss = None
+        for _ in range(self.settings.updates):
+            loss = self.optimizer_step(sequences)
+            first_loss = loss if first_loss is None else first_loss
+        return {
+            "wm_loss": first_loss,
+            "wm_examples": len(samples),
+            "wm_tokens": sum(s.target_tokens for s in sequences),
+            "wm_seconds": time.monotonic() - start,
+        }
+
+    def optimizer_step(self, sequences) -> float:
+        """One step over every sequence (token mean over all their labelled tokens)."""
+        import torch
+
+        labelled = sum(s.target_tokens for s in sequences)
+        lengths = [len(s.ids) for s in sequences]
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for batch in plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0):
+            tensors = batch_tensors([sequences[i] for i in batch], self.pad_id, self.where.device)
+            with autocast(self.where):
+                loss, _ = labelled_loss_sum(self.model, *tensors)
+            (loss / labelled).backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        if not torch.isfinite(norm):
+            raise TrainingError(f"the world model's gradient became {float(norm)}; lower its lr")
+        self.optimizer.step()
+        return total / max(labelled, 1)
+
+    def save_weights(self, out: Path) -> Path:
+
+        return save_hf_weights(self.model, out)
+
+    def save(self, folder: Path) -> None:
+        import torch
+
+        self.save_weights(folder / "model")
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        torch.save(state, folder / "trainer.pt")
+
+    def restore(self, folder: Path) -> None:
+        import torch
+
+        load_full_weights(self.model, folder / "model")
+        state = torch.load(folder / "trainer.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load(state["replay"])
+        torch.set_rng_state(state["torch_rng"])
