@@ -13,8 +13,9 @@ the node's cores: in the synchronous step they train while the engines are idle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from environments.tasks.model import Task
@@ -46,6 +47,16 @@ class RolloutActor:
 
     async def close(self) -> None:
         await self.worker.close()
+
+    async def engine_processes(self) -> list[tuple[str, int]]:
+        """(host, pid) of the engine processes this actor spawned: if the actor is killed,
+        vLLM's engine processes outlive it, and the driver ends them."""
+        import socket
+
+        import psutil
+
+        host = socket.gethostname()
+        return [(host, child.pid) for child in psutil.Process().children(recursive=True)]
 
 
 def use_all_cores(cpus: int | None) -> None:
@@ -119,6 +130,7 @@ class Roles:
     workers: list
     trainer: object
     wm_trainer: object | None
+    engine_processes: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     async def start(
@@ -160,6 +172,8 @@ class Roles:
                 version,
             )
         skipped = await asyncio.gather(*(w.start.remote(restore) for w in workers))
+        for listed in await asyncio.gather(*(w.engine_processes.remote() for w in workers)):
+            roles.engine_processes += listed
         # the trainers load in their constructors; a call waits for them
         await asyncio.gather(*(a.__ray_ready__.remote() for a in roles.trainers()))
         return roles, skipped[0]
@@ -169,3 +183,17 @@ class Roles:
 
     def all(self) -> list:
         return [*self.workers, *self.trainers()]
+
+    def end_orphaned_engines(self) -> None:
+        """Engine processes of workers on this host that are still alive once the workers are
+        gone (a killed worker's vLLM processes are not its children any more)."""
+        import socket
+
+        import psutil
+
+        host = socket.gethostname()
+        for where, pid in self.engine_processes:
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                if where == host and " ".join(process.cmdline()).startswith("VLLM"):
+                    process.kill()

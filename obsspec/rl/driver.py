@@ -71,6 +71,9 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
         "status": "running",
         "steps_done": done,
     }
+    if done >= config.steps:
+        on_event(Note(f"all {config.steps} steps of {config.out} are done; nothing to run"))
+        return state.summary()
     run.write_manifest(state.manifest)
     on_event(
         RunStarted(
@@ -321,3 +324,4 @@ async def stop_roles(ray, roles: Roles) -> None:
     for actor in roles.all():
         with contextlib.suppress(Exception):
             ray.kill(actor)
+    roles.end_orphaned_engines()

@@ -1,0 +1,120 @@
+"""What speculation saves in an RL step, and what co-training the world model costs.
+
+Prints one JSON object (goals in brackets):
+
+    rollout_speedup   rollout seconds per step with --no-speculate over those with
+                      speculation, same tasks, seeds and starting weights (> 1: faster)
+    cotrain_overhead  [<= 1.05 when the world-model trainer has its own resources]
+                      step seconds with co-training over step seconds with the world model
+                      frozen (both speculative)
+
+Three runs of `obsspec rl` (the library, each its own local Ray cluster), in this order:
+speculative with co-training, sequential with co-training, speculative without. Each runs
+--steps steps of --tasks-per-step groups of --group-size episodes; figures are sums over the
+steps after the first (--skip-first, default 1: it pays engine warm-up and cold caches).
+Usage:
+
+    python bench/rl_step.py --tasks TASKS --policy POLICY [--world-model WM] [--steps 3]
+        [--group-size 4] [--tasks-per-step 2] [--max-turns 10] [--max-tokens 128] [--json]
+
+Placement (reported in the output): on a CPU machine every role shares the cores, so the
+co-trainer competes with the policy trainer, and the 1.05 goal, which presumes it has its
+own GPU, is not expected to hold there; on a cluster give it `placement.wm_trainer_gpus`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def arm_config(args, out: Path, *, speculate: bool, cotrain: bool):
+    from obsspec.rl.config import RLConfig
+
+    return RLConfig.model_validate(
+        {
+            "tasks": args.tasks,
+            "out": out,
+            "policy": args.policy,
+            "world_model": args.world_model,
+            "steps": args.steps,
+            "seed": args.seed,
+            "speculate": speculate,
+            "tensorboard": False,
+            "checkpoint_every": 1000,
+            "concurrency": args.group_size * args.tasks_per_step,
+            "limits": {"max_turns": args.max_turns, "max_tokens": args.max_tokens},
+            "grpo": {"group_size": args.group_size, "tasks_per_step": args.tasks_per_step},
+            "cotrain": {"enabled": cotrain},
+        }
+    )
+
+
+def run_arm(args, root: Path, name: str, **arm) -> list[dict]:
+    from obsspec.config import GlobalConfig
+    from obsspec.rl.driver import run_rl
+    from obsspec.rl.run_files import RLRunDir
+
+    config = arm_config(args, root / name, **arm)
+    print(f"arm {name}: {arm}", file=sys.stderr)
+    asyncio.run(run_rl(config, GlobalConfig().paths.models_dir))
+    return RLRunDir(config.out).read_metrics()
+
+
+def total(rows: list[dict], key: str, skip: int) -> float:
+    return sum(row[key] for row in rows[skip:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", required=True)
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--world-model", default=None)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--skip-first", type=int, default=1)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--tasks-per-step", type=int, default=2)
+    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="Keep the runs here [default: a temp dir].")
+    parser.add_argument("--json", action="store_true", help="Only the JSON on stdout.")
+    args = parser.parse_args()
+    if args.steps <= args.skip_first:
+        parser.error("--steps must exceed --skip-first")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.out or tmp)
+        spec = run_arm(args, root, "speculative", speculate=True, cotrain=True)
+        seq = run_arm(args, root, "sequential", speculate=False, cotrain=True)
+        frozen = run_arm(args, root, "frozen-wm", speculate=True, cotrain=False)
+    skip = args.skip_first
+    result = {
+        "rollout_speedup": total(seq, "rollout_seconds", skip)
+        / total(spec, "rollout_seconds", skip),
+        "cotrain_overhead": total(spec, "step_seconds", skip)
+        / total(frozen, "step_seconds", skip),
+        "steps_counted": args.steps - skip,
+        "spec_match_rate": [row["spec_match_rate"] for row in spec],
+        "rollout_seconds": {
+            "speculative": [row["rollout_seconds"] for row in spec],
+            "sequential": [row["rollout_seconds"] for row in seq],
+            "frozen_wm": [row["rollout_seconds"] for row in frozen],
+        },
+        "step_seconds": {
+            "speculative": [row["step_seconds"] for row in spec],
+            "frozen_wm": [row["step_seconds"] for row in frozen],
+        },
+        "placement": f"one machine, {os.cpu_count()} CPUs shared by every role "
+        "(vLLM binds its threads to core 0; trainers use all cores while engines idle)",
+    }
+    print(json.dumps(result, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
