@@ -80,6 +80,11 @@ class CotrainSettings(StrictModel):
         ge=0,
         description="First steps run without speculation (the world model still learns).",
     )
-    batch_tokens: int = Field(default=8192, ge=16, description="Tokens per forward pass.")
-    max_len: int = Field(default=4096, ge=8, description="Longer examples are skipped.")
+    batch_tokens: int = Field(
+        default=2048,
+        ge=16,
+        description="Tokens per forward pass, padding included: bounds the trainer's "
+        "activation memory (the 135M model needs about 1 MB per token).",
+    )
+    max_len: int = Field(default=2048, ge=8, description="Longer examples are skipped.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")

@@ -63,7 +63,10 @@ class GRPOSettings(StrictModel):
         "(above 1, later ones are off-policy and the clip matters).",
     )
     batch_tokens: int = Field(
-        default=8192, ge=16, description="Tokens per forward pass, padding included."
+        default=2048,
+        ge=16,
+        description="Tokens per forward pass, padding included: bounds the trainer's "
+        "activation memory (the 135M model needs about 1 MB per token).",
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="Trainer compute precision (weights stay float32)."

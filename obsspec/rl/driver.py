@@ -32,7 +32,7 @@ from obsspec.rl.actors import Roles, check_gpus
 from obsspec.rl.config import RLConfig
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
 from obsspec.rl.metrics import StepTimes, TensorBoard, step_row
-from obsspec.rl.rollout import EpisodeSpec, check_runnable
+from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
 from obsspec.rollout.plan import load_task_set
@@ -137,12 +137,13 @@ class Loop:
     async def run(self, ray, models_dir: Path, tasks, bases) -> None:
         if self.checkpoint is not None:
             self.version = self.read_version()
-        roles, skipped = await Roles.start(
-            ray, self.config, models_dir, tasks, bases, self.checkpoint, self.version
+        roles, skipped = await self.call(
+            ray,
+            Roles.start(ray, self.config, models_dir, tasks, bases, self.checkpoint, self.version),
+            "starting the roles",
         )
         board = None
         try:
-            check_runnable(skipped, tasks)
             for task_id, reason in skipped.items():
                 self.on_event(Note(f"skipped task {task_id}: {reason}"))
             runnable = [t.id for t in tasks if t.id not in skipped]

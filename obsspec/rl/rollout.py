@@ -88,6 +88,7 @@ class RolloutWorker:
         self._images = await build_images(
             client, self.tasks, items, False, lambda e: skip(skipped, e)
         )
+        check_runnable(skipped, len(self.tasks))  # before the engines take a minute to load
         policy_dir = policy_model(self.collect, self.models_dir)
         self.policy_engine = await self._engine(policy_dir, self.collect.engine.kv_cache_gb)
         self.policy = await self._stack.enter_async_context(
@@ -174,8 +175,8 @@ def skip(skipped: dict[str, str], event) -> None:
         skipped[event.task_id] = reason
 
 
-def check_runnable(skipped: dict[str, str], tasks: list[Task]) -> None:
-    if len(skipped) == len(tasks):
+def check_runnable(skipped: dict[str, str], tasks: int) -> None:
+    if len(skipped) == tasks:
         first = next(iter(skipped.items()), ("", ""))
         raise EngineError(
             f"no task can run: every task image failed to build (e.g. {first[0]}: {first[1]})",
