@@ -14,7 +14,7 @@ speculative with co-training, sequential with co-training, speculative without. 
 steps after the first (--skip-first, default 1: it pays engine warm-up and cold caches).
 Usage:
 
-    python bench/rl_step.py --tasks TASKS --policy POLICY [--world-model WM] [--steps 3]
+    python bench/rl_step.py [--tasks TASKS] [--policy POLICY] [--world-model WM] [--steps 3]
         [--group-size 4] [--tasks-per-step 2] [--max-turns 10] [--max-tokens 128] [--json]
 
 Placement (reported in the output): on a CPU machine every role shares the cores, so the
@@ -66,14 +66,25 @@ def run_arm(args, root: Path, name: str, **arm) -> list[dict]:
     return RLRunDir(config.out).read_metrics()
 
 
+def builtin_tasks(out: Path) -> Path:
+    """Slow-command tasks (CI stages that take seconds): where speculation can pay."""
+    from environments.suite.generate import generate
+
+    if not out.is_dir():
+        generate(out, n=4, seed=0, families=["workflow-ci"])
+    return out
+
+
 def total(rows: list[dict], key: str, skip: int) -> float:
     return sum(row[key] for row in rows[skip:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", required=True)
-    parser.add_argument("--policy", required=True)
+    parser.add_argument(
+        "--tasks", default=None, help="Tasks [default: 4 built-in workflow-ci tasks, seed 0]."
+    )
+    parser.add_argument("--policy", default=None, help="Policy [default: the default model].")
     parser.add_argument("--world-model", default=None)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--skip-first", type=int, default=1)
@@ -88,8 +99,12 @@ def main() -> None:
     if args.steps <= args.skip_first:
         parser.error("--steps must exceed --skip-first")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from obsspec.config import GlobalConfig
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
+        args.tasks = args.tasks or str(builtin_tasks(root / "tasks"))
+        args.policy = args.policy or GlobalConfig().default_model
         spec = run_arm(args, root, "speculative", speculate=True, cotrain=True)
         seq = run_arm(args, root, "sequential", speculate=False, cotrain=True)
         frozen = run_arm(args, root, "frozen-wm", speculate=True, cotrain=False)
@@ -97,8 +112,7 @@ def main() -> None:
     result = {
         "rollout_speedup": total(seq, "rollout_seconds", skip)
         / total(spec, "rollout_seconds", skip),
-        "cotrain_overhead": total(spec, "step_seconds", skip)
-        / total(frozen, "step_seconds", skip),
+        "cotrain_overhead": total(spec, "step_seconds", skip) / total(frozen, "step_seconds", skip),
         "steps_counted": args.steps - skip,
         "spec_match_rate": [row["spec_match_rate"] for row in spec],
         "rollout_seconds": {

@@ -90,6 +90,15 @@ def rl(
         bool,
         typer.Option("--no-cotrain", help="Keep the world model frozen.", rich_help_panel=RUN),
     ] = False,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-every",
+            min=1,
+            help="Checkpoint every N steps (and after the last) \\[default: 5].",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -139,6 +148,7 @@ def rl(
         "steps": steps,
         "seed": seed,
         "speculate": False if no_speculate else None,
+        "checkpoint_every": checkpoint_every,
         "resume": resume or None,
         "overwrite": overwrite or None,
         "limits": drop_unset({"max_turns": max_turns, "max_tokens": max_tokens}),

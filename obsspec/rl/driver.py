@@ -30,6 +30,7 @@ from obsspec.errors import ConfigError, ObsspecError
 from obsspec.models.registry import resolve_model
 from obsspec.rl.actors import Roles, check_gpus
 from obsspec.rl.config import RLConfig
+from obsspec.rl.curves import write_curves
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
 from obsspec.rl.metrics import StepTimes, TensorBoard, step_row
 from obsspec.rl.rollout import EpisodeSpec
@@ -264,6 +265,7 @@ class Loop:
         }
         keep = self.config.keep_checkpoints
         self.checkpoint = self.run_dir.commit_checkpoint(tmp, self.step, state, keep)
+        write_curves(self.run_dir.read_metrics(), self.run_dir.root / "curves.png")
         self.manifest["last_checkpoint"] = self.checkpoint.name
         self.run_dir.write_manifest(self.manifest)
 

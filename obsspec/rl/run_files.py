@@ -3,6 +3,7 @@
     OUT/rl-run.json                       identity, config, status, steps done
     OUT/metrics.jsonl                     one row per step (METRIC_KEYS on every row)
     OUT/tensorboard/                      the same figures for TensorBoard
+    OUT/curves.png                        reward, match rate, losses, seconds per step
     OUT/sync/{policy,world_model}/        the weights the engines last reloaded
     OUT/checkpoints/step-00000005/        policy/{model,trainer.pt}, world_model/{...},
                                           driver.json (step, identity, data cursor)

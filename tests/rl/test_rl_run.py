@@ -76,6 +76,7 @@ def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
         assert (last / part).is_file(), part
     assert json.loads((last / "driver.json").read_text())["data_cursor"] == 3 * 2
     assert list((reference_run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (reference_run / "curves.png").read_bytes().startswith(b"\x89PNG")
     manifest = json.loads((reference_run / "rl-run.json").read_text())
     assert manifest["status"] == "complete" and manifest["steps_done"] == 3
 
