@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +107,7 @@ async def ray_session(config: RLConfig):
     started_here = not ray.is_initialized()
     if started_here:
         address = config.placement.ray_address
+        previous = signal.getsignal(signal.SIGTERM)
         ray.init(
             address=address,
             num_cpus=None if address else config.placement.num_cpus,
@@ -112,6 +115,10 @@ async def ray_session(config: RLConfig):
             log_to_driver=False,
             runtime_env={"env_vars": {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}},
         )
+        # Ray's driver handler exits on SIGTERM at once, leaving engines and containers
+        # behind; the caller's (the CLI cancels the run: everything is stopped) comes back.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
     try:
         check_gpus(ray, config)
         yield ray
