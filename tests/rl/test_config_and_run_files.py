@@ -18,6 +18,10 @@ def test_the_examples_load(tmp_path):
     assert config.grpo.group_size == 4 and config.steps == 3
     gpu = load_rl_config(EXAMPLE.with_name("rl_gpu.toml"), {"tasks": "t", "out": tmp_path})
     assert gpu.placement.gpus_requested == 8
+    real = load_rl_config(
+        EXAMPLE.with_name("rl_cpu_20_steps.toml"), {"tasks": "t", "out": tmp_path}
+    )
+    assert real.steps == 20 and real.cotrain.lr == 1e-4
 
 
 def test_unknown_keys_are_named(tmp_path):
