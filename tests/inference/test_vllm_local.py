@@ -117,21 +117,32 @@ async def test_stats_show_load(tiny_engine, tiny_model_dir):
     assert seen >= 6
 
 
-async def test_load_weights_swaps_in_place(
+async def test_load_weights_swaps_in_place_and_forgets_cached_prefixes(
     tiny_engine, tiny_model_dir, default_model_dir, tmp_path
 ):
+    """Random tiny models may pick the same tokens, so the logprobs tell the weights apart.
+    A prompt seen under the old weights must not be continued from their cached keys and
+    values: after a swap, a repeated prompt gives what a fresh prefill under the new weights
+    gives."""
     from obsspec.models.tiny import make_tiny_model
 
     other = make_tiny_model(default_model_dir, tmp_path / "other", seed=1)
     prompt = chat_ids(tiny_model_dir, "whoami")
-    before = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
+    greedy = Sampling(max_tokens=8)
+    before = await tiny_engine.generate(prompt, greedy)
     version = tiny_engine.weight_version
     await tiny_engine.load_weights(other)
-    swapped = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
+    swapped = await tiny_engine.generate(prompt, greedy)
     await tiny_engine.load_weights(tiny_model_dir)
-    restored = await tiny_engine.generate(prompt, Sampling(max_tokens=8))
-    assert swapped.token_ids != before.token_ids and restored.token_ids == before.token_ids
-    assert (swapped.weight_version, restored.weight_version) == (version + 1, version + 2)
+    restored = await tiny_engine.generate(prompt, greedy)  # caches the prompt's old-weight KV
+    await tiny_engine.load_weights(other)
+    swapped_again = await tiny_engine.generate(prompt, greedy)
+    assert max(abs(a - b) for a, b in zip(swapped.logprobs, before.logprobs, strict=True)) > 1e-3
+    assert restored.token_ids == before.token_ids
+    assert restored.logprobs == pytest.approx(before.logprobs, abs=1e-4)
+    assert swapped_again.logprobs == pytest.approx(swapped.logprobs, abs=1e-4)
+    assert swapped_again.weight_version == version + 3
+    await tiny_engine.load_weights(tiny_model_dir)  # the session's engine, as it was
 
 
 async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):
