@@ -59,7 +59,7 @@ demo: setup
 		--world-model $(DEMO)/wm --out $(DEMO)/profile --overwrite $(DEMO_LIMITS)
 
 test: setup
-	$(BIN)/pytest --require-capabilities $(PYTEST_ARGS)
+	$(BIN)/pytest --require-capabilities --durations=15 $(PYTEST_ARGS)
 
 lint: python
 	$(BIN)/ruff check .
