@@ -42,6 +42,9 @@ def write_curves(rows: list[dict], path: Path) -> Path | None:
     clip = policy.twinx()
     clip.plot(*series(rows, "clip_fraction"), marker=".", color="#9467bd", label="clip fraction")
     policy.set(title="policy update", xlabel="step")
+    if not series(rows, "policy_loss")[0]:
+        policy.text(0.5, 0.5, "no update yet:\nevery group's rewards were equal",
+                    transform=policy.transAxes, ha="center", va="center")  # fmt: skip
     steps = [row["step"] for row in rows]
     bottom = [0.0] * len(rows)
     for key, color in (
