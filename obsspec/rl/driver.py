@@ -39,6 +39,7 @@ from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
 from obsspec.rollout.plan import load_task_set
+from obsspec.rollout.ray_workers import actor_result
 from obsspec.rollout.rundir import now
 from obsspec.rollout.speculation import check_world_model
 
@@ -288,21 +289,17 @@ class Loop:
 
     async def call(self, ray, awaitable, role: str):
         """Await a role; a dead actor or a failure inside one becomes a clear RLRunError."""
-        try:
-            return await awaitable
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, ObsspecError):
-                raise cause from None
-            raise RLRunError(
-                f"step {self.step}: {role} failed: {cause or e}", hint=self.resume_hint()
-            ) from e
-        except ray.exceptions.RayActorError as e:
-            raise RLRunError(
-                f"step {self.step}: {role} died ({type(e).__name__}); steps after the last "
+        hint = self.resume_hint()
+        return await actor_result(
+            ray,
+            awaitable,
+            failed=lambda cause: RLRunError(f"step {self.step}: {role} failed: {cause}", hint=hint),
+            died=lambda error: RLRunError(
+                f"step {self.step}: {role} died ({type(error).__name__}); steps after the last "
                 "checkpoint are not kept",
-                hint=self.resume_hint(),
-            ) from e
+                hint=hint,
+            ),
+        )
 
     def resume_hint(self) -> str:
         where = self.checkpoint.name if self.checkpoint else "the start"

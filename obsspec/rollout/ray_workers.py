@@ -120,12 +120,29 @@ async def relay(actors: list, handle: Callable[[Event], None]) -> None:
 
 async def result_of(ray, run) -> str:
     """An actor's result; its failure re-raised as the obsspec error it was, when it was one."""
+    return await actor_result(
+        ray,
+        run,
+        failed=lambda cause: EngineError(f"a collection worker failed: {cause}"),
+        died=lambda error: EngineError(f"a collection worker died: {error}"),
+    )
+
+
+async def actor_result(
+    ray,
+    work,
+    *,
+    failed: Callable[[BaseException], ObsspecError],
+    died: Callable[[BaseException], ObsspecError],
+):
+    """Await Ray work. An obsspec error raised inside an actor comes back as itself (Ray wraps
+    it); any other failure inside becomes failed(cause), a dead actor died(error)."""
     try:
-        return await run
+        return await work
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None)
         if isinstance(cause, ObsspecError):
             raise cause from None
-        raise EngineError(f"a collection worker failed: {cause or e}") from e
+        raise failed(cause or e) from e
     except ray.exceptions.RayActorError as e:
-        raise EngineError(f"a collection worker died: {e}") from e
+        raise died(e) from e
