@@ -309,8 +309,7 @@ class Loop:
         self.manifest.update(status=status, steps_done=self.done)
         if error:
             self.manifest["error"] = error
-        if self.manifest:
-            self.run_dir.write_manifest(self.manifest)
+        self.run_dir.write_manifest(self.manifest)
 
     def summary(self) -> dict:
         return {

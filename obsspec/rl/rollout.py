@@ -52,10 +52,9 @@ class Restore:
 
 
 @dataclass
-class RolloutProgress:
-    done: int = 0
+class WorkerProgress:
+    done: int = 0  # episodes of the current rollout finished (or given up)
     failed_attempts: int = 0
-    last_error: str = ""
 
 
 class RolloutWorker:
@@ -70,7 +69,7 @@ class RolloutWorker:
         self.models_dir = models_dir
         self.tasks = {task.id: task for task in tasks}
         self.index = index
-        self.progress = RolloutProgress()
+        self.progress = WorkerProgress()
         self._stack = contextlib.AsyncExitStack()
         self._images: dict[str, str] = {}
         self.policy: Policy | None = None
@@ -128,7 +127,7 @@ class RolloutWorker:
         items = [WorkItem(e.task_id, i, e.seed) for i, e in enumerate(runnable)]
         runner = Runner(self.policy, self.loop if speculate else None)
         gate = asyncio.Semaphore(self.config.concurrency)
-        self.progress = RolloutProgress()
+        self.progress = WorkerProgress()
         async with TaskPools(
             self._client,
             self._run_id,
@@ -151,9 +150,8 @@ class RolloutWorker:
         by_spec = dict(zip(runnable, results, strict=True))
         return [by_spec.get(e) for e in episodes]
 
-    def _failed(self, trajectory: Trajectory, _attempt: int, _final: bool) -> None:
+    def _failed(self, _trajectory: Trajectory, _attempt: int, _final: bool) -> None:
         self.progress.failed_attempts += 1
-        self.progress.last_error = f"{trajectory.error_type}: {trajectory.error}"
 
     async def load_policy(self, weights: Path, version: int) -> None:
         assert self.policy_engine is not None

@@ -26,10 +26,10 @@ from obsspec.config import first_difference
 from obsspec.errors import ConfigError
 from obsspec.rollout.rundir import now
 from obsspec.runs import read_json_object
+from obsspec.train.checkpoint import Checkpoints
 
 MANIFEST = "rl-run.json"
 METRICS = "metrics.jsonl"
-PREFIX = "step-"
 DRIVER_STATE = "driver.json"
 
 # Every metrics row has these keys (null where a figure does not apply, e.g. no speculation).
@@ -77,8 +77,7 @@ class RLRunDir:
                 "to replace it, or another --out"
             )
         root.mkdir(parents=True, exist_ok=True)
-        for tmp in self.checkpoints.glob(".*.tmp") if self.checkpoints.is_dir() else []:
-            shutil.rmtree(tmp, ignore_errors=True)
+        Checkpoints(self.checkpoints, keep=1).remove_partial()
 
     # the manifest
     def read_manifest(self) -> dict:
@@ -88,17 +87,9 @@ class RLRunDir:
         write_json(self.root / MANIFEST, {**manifest, "updated_at": now()})
 
     # checkpoints
-    def latest_checkpoint(self) -> Path | None:
-        if not self.checkpoints.is_dir():
-            return None
-        found = sorted(
-            p for p in self.checkpoints.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
-        )
-        return found[-1] if found else None
-
     def resume_point(self, identity: dict) -> tuple[int, Path | None]:
         """(steps done, checkpoint) to continue from; (0, None) when none was saved yet."""
-        latest = self.latest_checkpoint()
+        latest = Checkpoints(self.checkpoints, keep=1).latest()
         if latest is None:
             return 0, None
         state = read_json_object(latest / DRIVER_STATE, flag="--resume")
@@ -111,20 +102,11 @@ class RLRunDir:
         return int(state["step"]), latest
 
     def checkpoint_tmp(self, step: int) -> Path:
-        tmp = self.checkpoints / f".{PREFIX}{step:08d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        return tmp
+        return Checkpoints(self.checkpoints, keep=1).begin(step)
 
     def commit_checkpoint(self, tmp: Path, step: int, state: dict, keep: int) -> Path:
         write_json(tmp / DRIVER_STATE, state)
-        final = self.checkpoints / f"{PREFIX}{step:08d}"
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        found = sorted(p for p in self.checkpoints.iterdir() if p.name.startswith(PREFIX))
-        for old in found[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
+        return Checkpoints(self.checkpoints, keep).commit(tmp, step)
 
     # metrics
     def append_metrics(self, row: dict) -> None:

@@ -41,12 +41,21 @@ class Checkpoints:
     def save(self, step: int, model, trainer_state: dict[str, Any]) -> Path:
         import torch
 
-        final = self.root / f"{PREFIX}{step:08d}"
-        tmp = self.root / f".{final.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = self.begin(step)
         model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
         torch.save(trainer_state, tmp / "trainer.pt")
+        return self.commit(tmp, step)
+
+    def begin(self, step: int) -> Path:
+        """An empty directory to write step's checkpoint into (not yet a checkpoint)."""
+        tmp = self.root / f".{PREFIX}{step:08d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit(self, tmp: Path, step: int) -> Path:
+        """Rename a whole checkpoint into place; keep only the last `keep`."""
+        final = self.root / f"{PREFIX}{step:08d}"
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in self.all()[: -self.keep]:
