@@ -150,15 +150,6 @@ class Arm:
         }
 
 
-def cores(cpuset: str) -> set[int]:
-    """'1', '1,3' or '2-3' as a set of core numbers."""
-    found: set[int] = set()
-    for part in cpuset.split(","):
-        low, _, high = part.partition("-")
-        found.update(range(int(low), int(high or low) + 1))
-    return found
-
-
 class Context:
     """What every episode shares: the engine, the builder, the sandbox pool, the limits."""
 
@@ -176,7 +167,7 @@ async def main(args) -> dict:
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.config import GlobalConfig
-    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine, parse_cores
     from obsspec.models.registry import resolve_model
     from obsspec.profile.figures import bootstrap
     from obsspec.speculation.gate import GateMode, GateSettings
@@ -202,7 +193,7 @@ async def main(args) -> dict:
         ):
             # vLLM binds its threads to core 0; this process (event loop, tokenisation, Docker
             # I/O) joins the sandboxes on the other cores, as on a cluster.
-            os.sched_setaffinity(0, cores(args.sandbox_cpuset))
+            os.sched_setaffinity(0, parse_cores(args.sandbox_cpuset))
             ctx = Context(engine, builder, pool, limits, args.reply_tokens)
             await play_episode(fast_workload(), 0, ctx)  # warm-up, untimed
             for r in range(args.rounds):

@@ -27,6 +27,10 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "obsspec"
 
 
+# A set of CPU cores as Linux writes it (cpusets, taskset): '1', '0-3', '0,2-3'.
+CORE_LIST = r"^\d+(-\d+)?(,\d+(-\d+)?)*$"
+
+
 class StrictModel(BaseModel):
     """Base for every config model: unknown keys are errors, values are immutable."""
 

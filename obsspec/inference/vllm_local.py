@@ -8,13 +8,16 @@ token ids, so that contexts are exact and never re-tokenised. Cancelling the tas
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field
 
-from obsspec.config import StrictModel
+from obsspec.config import CORE_LIST, StrictModel
 from obsspec.errors import EngineError
 from obsspec.inference.base import (
     EngineStats,
@@ -24,6 +27,8 @@ from obsspec.inference.base import (
     Timings,
     context_room,
 )
+
+BIND_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 class EngineSettings(StrictModel):
@@ -40,6 +45,46 @@ class EngineSettings(StrictModel):
         "concurrent episodes so that real turns never wait for a slot.",
     )
     seed: int = Field(default=0, description="Engine seed (per-request seeds override it).")
+    cpu_cores: str | None = Field(
+        default=None,
+        pattern=CORE_LIST,
+        description="CPU build: bind the engine's compute threads to these cores, e.g. '1' "
+        "or '0-3' [default: vLLM's choice, core 0 on a 2-core machine, for every engine].",
+    )
+
+
+def parse_cores(cores: str) -> set[int]:
+    """'0,2-3' -> {0, 2, 3}."""
+    found: set[int] = set()
+    for part in cores.split(","):
+        first, _, last = part.partition("-")
+        found.update(range(int(first), int(last or first) + 1))
+    return found
+
+
+@contextlib.contextmanager
+def thread_binding(cores: str | None) -> Iterator[None]:
+    """vLLM's CPU engine process reads its thread binding from the environment when it is
+    spawned (inside `from_engine_args`): set it for that moment only, so that two engines of
+    one process can sit on different cores."""
+    if cores is None:
+        yield
+        return
+    missing = parse_cores(cores) - os.sched_getaffinity(0)
+    if missing:
+        raise EngineError(
+            f"cpu_cores {cores!r}: this process may not use core(s) {sorted(missing)} "
+            f"(allowed: {sorted(os.sched_getaffinity(0))})"
+        )
+    previous = os.environ.get(BIND_VARIABLE)
+    os.environ[BIND_VARIABLE] = cores
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[BIND_VARIABLE]
+        else:
+            os.environ[BIND_VARIABLE] = previous
 
 
 def timings_of(metrics, total_s: float) -> Timings:
@@ -129,7 +174,10 @@ class LocalVLLMEngine:
             **prefill_args(s.max_model_len),
         )
         try:
-            self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
+            with thread_binding(s.cpu_cores):
+                self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
+        except EngineError:
+            raise
         except Exception as e:
             raise EngineError(f"vLLM could not start on {s.model}: {e}") from e
 

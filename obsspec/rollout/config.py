@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
+from obsspec.config import CORE_LIST, DEFAULT_MODEL, StrictModel, load_pipeline_config
 from obsspec.speculation.runner import SpeculationSettings
 
 
@@ -25,6 +25,11 @@ class EngineOptions(StrictModel):
         default=None, description="An OpenAI-compatible server URL instead of vLLM in process."
     )
     served_name: str | None = Field(default=None, description="Model name on the server.")
+    cpu_cores: str | None = Field(
+        default=None,
+        pattern=CORE_LIST,
+        description="CPU build: the policy engine's cores, e.g. '0' [default: vLLM's choice].",
+    )
 
 
 class SpeculationConfig(SpeculationSettings):
@@ -43,6 +48,12 @@ class SpeculationConfig(SpeculationSettings):
     )
     wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
     wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+    wm_cpu_cores: str | None = Field(
+        default=None,
+        pattern=CORE_LIST,
+        description="CPU build: the world-model engine's cores, e.g. '1', away from the "
+        "policy engine's [default: vLLM's choice, the same core as the policy's].",
+    )
 
     @model_validator(mode="after")
     def _world_model_needs_speculation(self) -> SpeculationConfig:

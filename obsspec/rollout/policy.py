@@ -79,5 +79,6 @@ def start_engine(config: CollectConfig, model_dir: Path):
         max_model_len=options.max_model_len,
         kv_cache_gb=options.kv_cache_gb,
         max_num_seqs=max(64, 2 * config.concurrency),
+        cpu_cores=options.cpu_cores,
     )
     return LocalVLLMEngine(settings)

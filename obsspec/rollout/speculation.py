@@ -84,6 +84,7 @@ async def world_model_predictor(
                 max_model_len=config.engine.max_model_len,
                 kv_cache_gb=spec.wm_kv_cache_gb,
                 max_num_seqs=max(64, 2 * config.concurrency * spec.breadth),
+                cpu_cores=spec.wm_cpu_cores,
             )
             engine = await stack.enter_async_context(LocalVLLMEngine(settings))
         prompt = WorldModelPrompt(policy.builder)

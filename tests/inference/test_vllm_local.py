@@ -205,3 +205,47 @@ async def test_seeded_requests_with_long_prompts_all_complete(tiny_engine, tiny_
     assert all(len(g.token_ids) >= 1 for g in gens)
     alive = await tiny_engine.generate(prompts[0][:20], Sampling(max_tokens=2))
     assert alive.token_ids
+
+
+def engine_thread_cores() -> set[frozenset[int]]:
+    """The CPU sets of every thread of this process's descendants (the engine's processes)."""
+    import os
+
+    import psutil
+
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            threads = child.threads()
+        except psutil.Error:
+            continue
+        for thread in threads:
+            try:
+                found.add(frozenset(os.sched_getaffinity(thread.id)))
+            except OSError:
+                continue
+    return found
+
+
+async def test_engine_threads_bind_to_the_cores_asked_for(tiny_model_dir):
+    import os
+
+    core = max(os.sched_getaffinity(0))
+    settings = EngineSettings(
+        model=tiny_model_dir, max_model_len=512, kv_cache_gb=0.1, cpu_cores=str(core)
+    )
+    async with LocalVLLMEngine(settings) as engine:
+        gen = await engine.generate(chat_ids(tiny_model_dir, "ls"), Sampling(max_tokens=4))
+        assert gen.token_ids
+        assert frozenset({core}) in engine_thread_cores()
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ  # only while the engine started
+
+
+def test_cores_this_process_may_not_use_are_refused_before_loading(tiny_model_dir):
+    from obsspec.errors import EngineError
+
+    settings = EngineSettings(model=tiny_model_dir, cpu_cores="4096")
+    with pytest.raises(EngineError, match=r"cpu_cores '4096'.*core\(s\) \[4096\]"):
+        asyncio.run(LocalVLLMEngine(settings).start())
+    with pytest.raises(ValueError, match="cpu_cores"):
+        EngineSettings(model=tiny_model_dir, cpu_cores="one")
