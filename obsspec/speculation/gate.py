@@ -19,6 +19,11 @@ The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmeti
     `contention` each for that long; `overhead_s` is the fixed cost of an attempt (predictor
     call, abort, bookkeeping).
 
+A predictor that changes (a world model co-trained during RL) makes old outcomes stale: with
+`hit_window` the hit rates count only the last outcomes, and with `explore_every` every N-th
+command the rule declined (one that could save time at all) is predicted anyway, so that a
+family written off early is tried again and a better world model gets noticed.
+
 It is asked twice. Before predicting (`should_predict`), p is the command family's hit rate
 over all predictor sources, starting from `prior_hit_rate`. After the prediction arrives
 (`should_branch`), p blends the (family, source) hit rate with the prediction's own
@@ -32,8 +37,8 @@ from __future__ import annotations
 import enum
 import re
 import shlex
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
@@ -73,6 +78,17 @@ class GateSettings(StrictModel):
     overhead_s: float = Field(default=0.005, ge=0, description="Fixed seconds one attempt costs.")
     min_saving_s: float = Field(
         default=0.05, ge=0, description="Do not speculate when a hit would save less than this."
+    )
+    hit_window: int | None = Field(
+        default=None,
+        ge=1,
+        description="Hit rates over the last N outcomes of a command family [default: all].",
+    )
+    explore_every: int = Field(
+        default=0,
+        ge=0,
+        description="Predict every N-th command the rule declines that could save time "
+        "(0: never); re-tests a family written off while the predictor improves.",
     )
 
 
@@ -132,8 +148,23 @@ class OnlineMean:
 
 @dataclass
 class HitCount:
+    """Hits among the outcomes of predictions: all of them, or the last `window` (only those
+    are kept, to be taken out of the counts as they leave it)."""
+
+    window: int | None = None
     hits: int = 0
     attempts: int = 0
+    recent: deque = field(default_factory=deque)
+
+    def add(self, matched: bool) -> None:
+        self.hits += matched
+        self.attempts += 1
+        if self.window is None:
+            return
+        self.recent.append(matched)
+        if len(self.recent) > self.window:
+            self.hits -= self.recent.popleft()
+            self.attempts -= 1
 
 
 @dataclass(frozen=True)
@@ -156,8 +187,10 @@ class Gate:
         self._exec_family: dict[str, OnlineMean] = defaultdict(OnlineMean)
         self.generation = OnlineMean()
         self.prediction = OnlineMean()
-        self._hits: dict[tuple[str, str], HitCount] = defaultdict(HitCount)  # (family, source)
-        self._family_hits: dict[str, HitCount] = defaultdict(HitCount)
+        window = self.settings.hit_window
+        self._hits: dict[tuple[str, str], HitCount] = defaultdict(lambda: HitCount(window))
+        self._family_hits: dict[str, HitCount] = defaultdict(lambda: HitCount(window))
+        self._declined: dict[str, int] = defaultdict(int)  # by family, for explore_every
 
     @property
     def mode(self) -> GateMode:
@@ -172,7 +205,16 @@ class Gate:
         counts = self._family_hits.get(family, HitCount())
         prior = self.settings.prior_hit_rate
         p = (counts.hits + 2 * prior) / (counts.attempts + 2)
-        return self._pays(p, saving, ask.load)
+        if saving < self.settings.min_saving_s:
+            return False
+        return self._pays(p, saving, ask.load) or self._explore(family)
+
+    def _explore(self, family: str) -> bool:
+        every = self.settings.explore_every
+        if not every:
+            return False
+        self._declined[family] += 1
+        return self._declined[family] % every == 0
 
     def should_branch(self, ask: Ask, prediction: Prediction) -> bool:
         if self.mode != GateMode.auto:
@@ -215,5 +257,4 @@ class Gate:
     def observe_outcome(self, command: str, source: str, matched: bool) -> None:
         family = command_family(command)
         for counts in (self._hits[(family, source)], self._family_hits[family]):
-            counts.attempts += 1
-            counts.hits += int(matched)
+            counts.add(matched)

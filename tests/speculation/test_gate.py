@@ -60,15 +60,41 @@ def test_fast_commands_stop_being_speculated_once_seen():
     assert gate.should_predict(ask("make test"))
 
 
-def test_a_family_that_never_hits_is_left_alone():
-    gate = taught()
+def written_off(misses: int = 30, **settings) -> Gate:
+    """A gate that has seen `make` take 3 s and its predictions miss `misses` times."""
+    gate = taught(**settings)
     gate.observe_execution("task", "make", 3.0)
-    for _ in range(30):
+    for _ in range(misses):
         gate.observe_outcome("make", "lm", matched=False)
+    return gate
+
+
+def test_a_family_that_never_hits_is_left_alone():
+    gate = written_off()
     assert not gate.should_predict(ask("make"))
     for _ in range(30):
         gate.observe_outcome("make", "lm", matched=True)
     assert gate.should_predict(ask("make"))
+
+
+def test_with_a_window_a_family_written_off_recovers_after_a_few_hits():
+    """A co-trained world model gets better: old misses must not outvote new hits."""
+    for window, recovers in ((None, False), (10, True)):
+        gate = written_off(100, hit_window=window)
+        assert not gate.should_predict(ask("make"))
+        for _ in range(6):
+            gate.observe_outcome("make", "lm", matched=True)
+        assert gate.should_predict(ask("make")) is recovers, window
+
+
+def test_explore_every_predicts_every_nth_declined_command_that_could_save_time():
+    gate = written_off(explore_every=3)
+    gate.observe_execution("task", "ls", 0.001)
+    decisions = [gate.should_predict(ask("make")) for _ in range(9)]
+    assert decisions == [False, False, True] * 3
+    assert not any(gate.should_predict(ask("ls")) for _ in range(9))  # nothing to save
+    never = written_off()  # the default: no exploration
+    assert not any(never.should_predict(ask("make")) for _ in range(9))
 
 
 def test_a_busy_engine_raises_the_bar():
