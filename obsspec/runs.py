@@ -1,6 +1,7 @@
 """Reading collected runs: the episodes a `collect` run directory holds.
 
-    RUN_DIR/manifest.json              what the run is (written by obsspec.rollout)
+    RUN_DIR/manifest.json              what the run is (written by obsspec.rollout; an
+                                       `obsspec rl` run has rl-run.json instead)
     RUN_DIR/data/*.parquet             finished shards, one row per episode
 
 Readers (world-model training, SFT, profiling) need only this module; the writing side,
@@ -22,6 +23,7 @@ TURNS_CHECKED = 8  # per run; one differing turn is enough to refuse
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
+RL_MANIFEST = "rl-run.json"  # an `obsspec rl` run directory: its rollouts are runs too
 SHARD_GLOB = "*.parquet"
 
 
@@ -51,8 +53,9 @@ def read_rows(run_dir: Path, *, flag: str = "--data") -> list[dict]:
 
 
 def read_run_manifest(run_dir: Path, *, flag: str = "--data") -> dict:
-    """The run's manifest.json (empty when the run has none: a dataset copied without it)."""
-    return read_json_object(run_dir / MANIFEST, flag=flag)
+    """The run's manifest (empty when the run has none: a dataset copied without it)."""
+    name = MANIFEST if (run_dir / MANIFEST).is_file() else RL_MANIFEST
+    return read_json_object(run_dir / name, flag=flag)
 
 
 def read_json_object(path: Path, *, flag: str) -> dict:

@@ -2,7 +2,8 @@
 
     roles = await Roles.start(ray, config, models_dir, tasks, restore)
     roles.workers        rollout workers: a policy engine, a world-model engine, sandboxes
-    roles.trainer        the policy trainer (torch)
+    roles.trainer_ranks  the policy trainer (torch): one process, or FSDP2 ranks acting as one
+                         (`await roles.on_trainer("update", ...)` calls every rank)
     roles.wm_trainer     the world-model co-trainer (None when co-training is off)
 
 On a CPU machine every role shares the CPUs (each actor holds a token share, so any number
@@ -59,18 +60,48 @@ class RolloutActor:
         return [(host, child.pid) for child in psutil.Process().children(recursive=True)]
 
 
-def use_all_cores(cpus: int | None) -> None:
-    """Ray limits a worker's torch threads to its CPU reservation; trainers want the node."""
+def use_all_cores(cpus: int | None, share: int = 1) -> None:
+    """Ray limits a worker's torch threads to its CPU reservation; trainers want the node
+    (`share` ranks of one trainer split it)."""
     import torch
 
-    torch.set_num_threads(cpus or os.cpu_count() or 1)
+    torch.set_num_threads(max(1, (cpus or os.cpu_count() or 1) // share))
 
 
 class PolicyTrainerActor:
-    def __init__(self, base: Path, config: RLConfig, restore: Path | None) -> None:
-        from obsspec.rl.policy_trainer import PolicyTrainer
+    """One rank of the policy trainer. With several ranks, rank 0 names a rendezvous address
+    and every rank joins the process group in `start` (they must start together)."""
 
-        use_all_cores(config.placement.num_cpus)
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+
+    def rendezvous(self) -> str:
+        """host:port for the process group, on rank 0's node."""
+        import socket
+
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return f"{ray.util.get_node_ip_address()}:{port}"
+
+    def start(self, base: Path, config: RLConfig, restore: Path | None, master: str | None):
+        from obsspec.rl.policy_trainer import PolicyTrainer
+        from obsspec.train import distributed
+
+        use_all_cores(config.placement.num_cpus, share=self.world)
+        if self.world > 1:
+            assert master is not None
+            host, port = master.rsplit(":", 1)
+            os.environ.update(  # what torch.distributed's env:// rendezvous reads
+                WORLD_SIZE=str(self.world),
+                RANK=str(self.rank),
+                LOCAL_RANK="0",  # Ray shows each rank only its own GPU
+                MASTER_ADDR=host,
+                MASTER_PORT=port,
+            )
+            distributed.init_from_env(os.environ)
         self.trainer = PolicyTrainer(base, config.grpo, config.seed)
         if restore is not None:
             self.trainer.restore(restore)
@@ -128,7 +159,7 @@ def options(gpus: float) -> dict:
 @dataclass
 class Roles:
     workers: list
-    trainer: object
+    trainer_ranks: list
     wm_trainer: object | None
     engine_processes: list[tuple[str, int]] = field(default_factory=list)
 
@@ -150,11 +181,9 @@ class Roles:
         workers = [
             worker_class.remote(config, models_dir, tasks, i) for i in range(p.rollout_workers)
         ]
-        trainer = (
-            ray.remote(PolicyTrainerActor)
-            .options(**options(p.trainer_gpus))
-            .remote(policy_base, config, checkpoint and checkpoint / "policy")
-        )
+        world = p.policy_ranks
+        rank_class = ray.remote(PolicyTrainerActor).options(**options(p.trainer_gpus / world))
+        trainer_ranks = [rank_class.remote(rank, world) for rank in range(world)]
         wm_trainer = None
         if config.cotrain.enabled:
             wm_trainer = (
@@ -162,7 +191,7 @@ class Roles:
                 .options(**options(p.wm_trainer_gpus))
                 .remote(wm_base, config, checkpoint and checkpoint / "world_model")
             )
-        roles = cls(workers, trainer, wm_trainer)
+        roles = cls(workers, trainer_ranks, wm_trainer)
         restore = Restore()
         if checkpoint is not None:
             wm_weights = checkpoint / "world_model" / "model"
@@ -171,15 +200,27 @@ class Roles:
                 wm_weights if wm_weights.is_dir() else None,
                 version,
             )
+        master = await trainer_ranks[0].rendezvous.remote() if world > 1 else None
+        policy_restore = checkpoint and checkpoint / "policy"
+        trainers_started = asyncio.gather(
+            *(r.start.remote(policy_base, config, policy_restore, master) for r in trainer_ranks)
+        )
         skipped = await asyncio.gather(*(w.start.remote(restore) for w in workers))
         for listed in await asyncio.gather(*(w.engine_processes.remote() for w in workers)):
             roles.engine_processes += listed
-        # the trainers load in their constructors; a call waits for them
-        await asyncio.gather(*(a.__ray_ready__.remote() for a in roles.trainers()))
+        await trainers_started
+        if wm_trainer is not None:  # it loads in its constructor; a call waits for it
+            await wm_trainer.__ray_ready__.remote()
         return roles, skipped[0]
 
+    async def on_trainer(self, method: str, *args):
+        """`method` on every policy-trainer rank (their collectives need them all); rank 0's
+        answer (the ranks agree on figures and rank 0 writes the files)."""
+        calls = [getattr(rank, method).remote(*args) for rank in self.trainer_ranks]
+        return (await asyncio.gather(*calls))[0]
+
     def trainers(self) -> list:
-        return [a for a in (self.trainer, self.wm_trainer) if a is not None]
+        return [*self.trainer_ranks, *([self.wm_trainer] if self.wm_trainer else [])]
 
     def all(self) -> list:
         return [*self.workers, *self.trainers()]

@@ -24,8 +24,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
+from obsspec.config import CORE_LIST, DEFAULT_MODEL, StrictModel, load_pipeline_config
 from obsspec.rollout.config import CollectConfig, EngineOptions, SpeculationConfig
+from obsspec.speculation.gate import GateSettings
 from obsspec.speculation.runner import SpeculationSettings
 from world_model.config import CotrainSettings
 
@@ -33,6 +34,12 @@ from world_model.config import CotrainSettings
 def rl_limits() -> EpisodeLimits:
     """Short episodes: RL samples many of them, and a small model uses few turns well."""
     return EpisodeLimits(max_turns=8, max_tokens=128, temperature=1.0)
+
+
+def rl_speculation() -> SpeculationSettings:
+    """The world model improves as it is co-trained: the gate judges it on its recent
+    outcomes and keeps re-testing families it has written off (see obsspec.speculation.gate)."""
+    return SpeculationSettings(gate=GateSettings(hit_window=20, explore_every=5))
 
 
 class GRPOSettings(StrictModel):
@@ -80,6 +87,12 @@ class PlacementSettings(StrictModel):
     rollout_workers: int = Field(default=1, ge=1, description="Rollout workers (Ray actors).")
     rollout_gpus: float = Field(default=0, ge=0, description="GPUs per rollout worker.")
     trainer_gpus: float = Field(default=0, ge=0, description="GPUs of the policy trainer.")
+    trainer_ranks: int | None = Field(
+        default=None,
+        ge=1,
+        description="Policy-trainer processes, the model sharded over them with FSDP2 "
+        "[default: one per trainer GPU, or 1 on CPUs].",
+    )
     wm_trainer_gpus: float = Field(default=0, ge=0, description="GPUs of the world-model trainer.")
     num_cpus: int | None = Field(
         default=None, ge=1, description="CPUs of the local Ray cluster [default: all]."
@@ -87,6 +100,27 @@ class PlacementSettings(StrictModel):
     ray_address: str | None = Field(
         default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
     )
+
+    @model_validator(mode="after")
+    def _one_gpu_per_rank(self) -> PlacementSettings:
+        ranks = self.policy_ranks
+        if ranks > 1 and self.trainer_gpus and self.trainer_gpus != ranks:
+            raise ValueError(
+                f"trainer_ranks {ranks} with trainer_gpus {self.trainer_gpus:g}: a sharded "
+                "trainer takes one whole GPU per rank (set them equal, or trainer_gpus 0)"
+            )
+        if ranks == 1 and self.trainer_gpus > 1:
+            raise ValueError(
+                f"trainer_gpus {self.trainer_gpus:g} with trainer_ranks 1: one process uses "
+                "one GPU (leave trainer_ranks unset for one rank per GPU)"
+            )
+        return self
+
+    @property
+    def policy_ranks(self) -> int:
+        if self.trainer_ranks is not None:
+            return self.trainer_ranks
+        return max(1, int(self.trainer_gpus))
 
     @property
     def gpus_requested(self) -> float:
@@ -108,9 +142,15 @@ class RLConfig(StrictModel):
         default=True, description="Speculative rollouts (off: the sequential baseline)."
     )
     speculation: SpeculationSettings = Field(
-        default_factory=SpeculationSettings, description="Depth, breadth, gate."
+        default_factory=rl_speculation, description="Depth, breadth, gate."
     )
     wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+    wm_cpu_cores: str | None = Field(
+        default=None,
+        pattern=CORE_LIST,
+        description="CPU build: the world-model engine's cores, e.g. '1', away from the "
+        "policy engine's (engine.cpu_cores) [default: vLLM's choice, the same as the policy's].",
+    )
     wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
     threshold: float = Field(
         default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
@@ -150,6 +190,7 @@ class RLConfig(StrictModel):
             threshold=self.threshold,
             wm_max_tokens=self.wm_max_tokens,
             wm_kv_cache_gb=self.wm_kv_cache_gb,
+            wm_cpu_cores=self.wm_cpu_cores,
         )
         return CollectConfig(
             tasks=self.tasks,

@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from obsspec.rl.metrics import StepTimes, TensorBoard, step_row
 from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
+from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.plan import load_task_set
 from obsspec.rollout.ray_workers import actor_result
 from obsspec.rollout.rundir import now
@@ -66,10 +68,12 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
     run = RLRunDir(config.out)
     run.prepare(resume=config.resume, overwrite=config.overwrite)
     done, checkpoint = run.resume_point(config.identity()) if config.resume else (0, None)
-    run.keep_metrics_through(done)
+    run.keep_steps_through(done)
     state = Loop(config, run, on_event, done, checkpoint)
     state.manifest = {
-        **(run.read_manifest() if config.resume else {"created_at": now()}),
+        "created_at": now(),
+        "run_id": f"rl-{uuid.uuid4().hex[:8]}",  # names the run in its episodes' rows
+        **(run.read_manifest() if config.resume else {}),
         "identity": config.identity(),
         "config": config.model_dump(mode="json"),
         "status": "running",
@@ -181,9 +185,9 @@ class Loop:
         speculate = config.speculate and index >= config.cotrain.warmup_steps
         started = time.monotonic()
         self.on_event(Phase(self.step, "rollout"))
-        trajectories = await self.rollout(ray, roles, specs, speculate)
+        played = await self.rollout(ray, roles, specs, speculate)
         rolled = time.monotonic()
-        batch = build_batch(specs, trajectories, config.grpo)
+        batch = build_batch(specs, [p and p[0] for p in played], config.grpo)
         if not batch.trajectories:
             raise RLRunError(
                 f"step {self.step}: every one of its {len(specs)} episodes failed on the "
@@ -193,7 +197,7 @@ class Loop:
             )
         self.on_event(Phase(self.step, "train"))
         rows = [t.to_dict() for t in batch.trajectories]
-        updates = [roles.trainer.update.remote(batch.episodes, index)]
+        updates = [roles.on_trainer("update", batch.episodes, index)]
         if roles.wm_trainer is not None:
             updates.append(roles.wm_trainer.update.remote(rows))
         results = await self.call(ray, asyncio.gather(*updates), "a trainer")
@@ -203,6 +207,7 @@ class Loop:
         await self.sync(ray, roles, policy_stats["trained_episodes"] > 0)
         synced = time.monotonic()
         times = StepTimes(rolled - started, trained - rolled, synced - trained, synced - started)
+        self.run_dir.write_episodes(self.step, self.episode_rows(played, index))
         return step_row(
             self.step,
             batch,
@@ -212,6 +217,21 @@ class Loop:
             speculate=speculate,
             weight_version=self.version,
         )
+
+    def episode_rows(self, played: list, index: int) -> list[dict]:
+        """The step's episodes as dataset rows (collect's schema), numbered across the run."""
+        first = index * self.config.episodes_per_step
+        return [
+            trajectory_row(
+                episode[0],
+                run_id=self.manifest["run_id"],
+                episode_index=first + i,
+                policy=self.config.policy,
+                attempts=episode[1],
+            )
+            for i, episode in enumerate(played)
+            if episode is not None
+        ]
 
     async def rollout(self, ray, roles: Roles, specs: list[EpisodeSpec], speculate: bool):
         """Whole groups to each worker (siblings share a worker's cache); results in order."""
@@ -246,7 +266,7 @@ class Loop:
         sync = self.run_dir.sync
         if policy_changed:
             path = await self.call(
-                ray, roles.trainer.save_weights.remote(sync / "policy"), "the trainer"
+                ray, roles.on_trainer("save_weights", sync / "policy"), "the trainer"
             )
             self.version += 1
             loads += [w.load_policy.remote(path, self.version) for w in roles.workers]
@@ -260,7 +280,7 @@ class Loop:
     async def save_checkpoint(self, ray, roles: Roles) -> None:
         self.on_event(Phase(self.step, "checkpoint"))
         tmp = self.run_dir.checkpoint_tmp(self.step)
-        saves = [roles.trainer.save.remote(tmp / "policy")]
+        saves = [roles.on_trainer("save", tmp / "policy")]
         if roles.wm_trainer is not None:
             saves.append(roles.wm_trainer.save.remote(tmp / "world_model"))
         await self.call(ray, asyncio.gather(*saves), "a trainer")

@@ -84,6 +84,19 @@ def response_logprobs(
     return logprobs.gather(-1, ids[:, 1:][targets].unsqueeze(-1)).squeeze(-1)  # [n]
 
 
+class ResponseLogprobs(torch.nn.Module):
+    """`response_logprobs` of `model` as a module's forward: what FSDP2 shards at the root,
+    so that its hooks gather the embeddings and output layer (they run only through a
+    forward of the module they were put on)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, attention, mask) -> torch.Tensor:
+        return response_logprobs(self.model, ids, attention, mask)
+
+
 @dataclass(frozen=True)
 class LossParts:
     loss_sum: torch.Tensor  # scalar, differentiable: sum over tokens of the per-token loss

@@ -21,8 +21,9 @@ class StepTimes:
     step_s: float
 
 
-def speculation_totals(batch: StepBatch) -> dict[str, int]:
+def speculation_totals(batch: StepBatch) -> dict:
     totals = {"attempted": 0, "matched": 0, "tokens_wasted": 0, "violations": 0, "turns": 0}
+    by_source: dict[str, int] = {}  # matches by the predictor that made them
     for trajectory in batch.trajectories:
         for turn in trajectory.turns:
             totals["turns"] += 1
@@ -31,9 +32,11 @@ def speculation_totals(batch: StepBatch) -> dict[str, int]:
                 continue
             totals["attempted"] += record.attempted
             totals["matched"] += record.matched
+            if record.matched:
+                by_source[record.source] = by_source.get(record.source, 0) + 1
             totals["tokens_wasted"] += record.tokens_wasted
             totals["violations"] += record.lossless_violation
-    return totals
+    return {**totals, "by_source": by_source}
 
 
 def step_row(
@@ -68,6 +71,8 @@ def step_row(
         "speculated": speculate,
         "spec_attempted": attempted,
         "spec_matched": spec["matched"],
+        # which predictor made the matches: cache (a context seen before), rules, lm (the WM)
+        "spec_matched_by_source": spec["by_source"],
         "lossless_violations": spec["violations"],
         "episodes": len(batch.trajectories),
         "failed_episodes": batch.failed_episodes,

@@ -14,19 +14,25 @@ how far trainer and engine numerics disagree. Then the step's episodes are split
 mean of the clipped objective over that minibatch; from the second on the ratio moves away
 from 1 and the clip matters. Episodes are packed into forward passes of at most
 `batch_tokens` tokens (padding included), so memory stays bounded whatever the step holds.
+
+Over several processes (a Ray actor per GPU, one process group) the model is sharded with
+FSDP2: every rank plans the same passes and runs every world-th of them, and the gradients
+sum into the same token mean that one process would take; rank 0 writes the files.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from obsspec.rl.config import GRPOSettings
-from obsspec.rl.grpo import LossParts, clipped_policy_loss, response_logprobs
+from obsspec.rl.grpo import LossParts, ResponseLogprobs, clipped_policy_loss
+from obsspec.train import distributed, sharding
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import load_full_weights, save_hf_weights
+from obsspec.train.checkpoint import read_full_weights, save_hf_weights
 from obsspec.train.config import TrainSettings
 from obsspec.train.loop import TrainingError, autocast
 from obsspec.train.model import load_model, placement
@@ -51,15 +57,23 @@ class PolicyTrainer:
         self.settings = settings
         self.seed = seed
         self.where = placement(TrainSettings(dtype=settings.dtype, device=device))
-        self.model = load_model(base, self.where, None)
+        self.ranks = distributed.current()
+        self.net = self.load(base)
+        self.model = self.net.model  # the HF model inside
         self.model.train()
         self.reference = None
         if settings.kl_coef > 0:  # a frozen copy of the initial policy
-            self.reference = load_model(base, self.where, None).eval().requires_grad_(False)
+            self.reference = self.load(base).eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
         )
         self.pad_id = AutoTokenizer.from_pretrained(base).pad_token_id or 0
+
+    def load(self, base: Path) -> ResponseLogprobs:
+        net = ResponseLogprobs(load_model(base, self.where, None))
+        if sharding.sharded():
+            sharding.shard(net, sharding.decoder_layers(net.model))
+        return net
 
     def update(self, episodes: list[PolicyEpisode], step: int) -> dict[str, float]:
         """One RL step's optimizer steps; the step's loss, clip and mismatch figures."""
@@ -67,7 +81,7 @@ class PolicyTrainer:
         trained = [e for e in episodes if any(e.mask)]
         if not trained:
             return empty_stats()
-        old = self.logprobs(self.model, trained)
+        old = self.logprobs(self.net, trained)
         reference = self.logprobs(self.reference, trained) if self.reference else None
         parts: list[LossParts] = []
         grad_norms = []
@@ -75,16 +89,22 @@ class PolicyTrainer:
             chunk_parts, norm = self.optimizer_step(trained, chunk, old, reference)
             parts += chunk_parts
             grad_norms.append(norm)
-        tokens = sum(p.tokens for p in parts)
-        loss = sum(float(p.loss_sum.detach()) for p in parts) / max(tokens, 1)
+        loss_sum, tokens, clipped, kl_sum = distributed.all_sum(
+            [
+                sum(float(p.loss_sum.detach()) for p in parts),
+                sum(p.tokens for p in parts),
+                sum(p.clipped for p in parts),
+                sum(p.kl_sum for p in parts),
+            ]
+        )
         return {
-            "policy_loss": loss,
-            "clip_fraction": sum(p.clipped for p in parts) / max(tokens, 1),
+            "policy_loss": loss_sum / max(tokens, 1),
+            "clip_fraction": clipped / max(tokens, 1),
             "logprob_mismatch": mismatch(trained, old),
-            "kl": sum(p.kl_sum for p in parts) / max(tokens, 1),
+            "kl": kl_sum / max(tokens, 1),
             "grad_norm": max(grad_norms),
             "trained_episodes": len(trained),
-            "trained_tokens": tokens,
+            "trained_tokens": int(tokens),
             "policy_train_seconds": time.monotonic() - start,
         }
 
@@ -99,6 +119,16 @@ class PolicyTrainer:
         lengths = [len(episodes[i].ids) for i in chunk]
         batches = plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0)
         return [[chunk[j] for j in batch] for batch in batches]
+
+    def my_passes(self, episodes: list[PolicyEpisode], chunk: list[int]):
+        """(rows, counts) of this rank's share of the chunk's passes. Every rank runs as many
+        passes (a sharded forward gathers collectively): one short of a share repeats the
+        first pass, which does not count."""
+        passes = self.passes(episodes, chunk)
+        rank, world = self.ranks.rank, self.ranks.world
+        mine = [(rows, True) for rows in passes[rank::world]]
+        rounds = -(-len(passes) // world)
+        return mine + [(passes[0], False)] * (rounds - len(mine))
 
     def tensors(self, episodes: list[PolicyEpisode], rows: list[int]):
         import torch
@@ -115,17 +145,20 @@ class PolicyTrainer:
         device = self.where.device
         return ids.to(device), attention.to(device), mask.to(device)
 
-    def logprobs(self, model, episodes: list[PolicyEpisode]) -> list:
-        """Each episode's response-token log-probabilities under `model`, without gradient."""
+    def logprobs(self, net: ResponseLogprobs, episodes: list[PolicyEpisode]) -> list:
+        """Each episode's response-token log-probabilities under `net`, without gradient."""
         import torch
 
-        out: list = [None] * len(episodes)
+        found = []
         with torch.no_grad(), autocast(self.where):
-            for rows in self.passes(episodes, list(range(len(episodes)))):
-                flat = response_logprobs(model, *self.tensors(episodes, rows)).float().cpu()
+            for rows, counts in self.my_passes(episodes, list(range(len(episodes)))):
+                flat = net(*self.tensors(episodes, rows)).float().cpu()
                 sizes = [sum(episodes[i].mask) for i in rows]
-                for i, values in zip(rows, flat.split(sizes), strict=True):
-                    out[i] = values
+                if counts:
+                    found += zip(rows, flat.split(sizes), strict=True)
+        out: list = [None] * len(episodes)
+        for i, values in sharding.gather_objects(found):
+            out[i] = values
         return out
 
     def optimizer_step(self, episodes, chunk: list[int], old: list, reference: list | None):
@@ -134,9 +167,11 @@ class PolicyTrainer:
         tokens = sum(sum(episodes[i].mask) for i in chunk)
         self.optimizer.zero_grad(set_to_none=True)
         parts = []
-        for rows in self.passes(episodes, chunk):
+        # FSDP2 averages the ranks' gradients: scaled by the world, they sum instead
+        scale = self.ranks.world / tokens
+        for rows, counts in self.my_passes(episodes, chunk):
             with autocast(self.where):
-                new = response_logprobs(self.model, *self.tensors(episodes, rows)).float()
+                new = self.net(*self.tensors(episodes, rows)).float()
             device = new.device
             part = clipped_policy_loss(
                 new,
@@ -151,34 +186,57 @@ class PolicyTrainer:
                 else torch.cat([reference[i] for i in rows]).to(device),
                 kl_coef=self.settings.kl_coef,
             )
-            (part.loss_sum / tokens).backward()  # the token mean over the whole minibatch
-            parts.append(part)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        if not torch.isfinite(norm):
-            raise TrainingError(f"the policy gradient became {float(norm)}; try a lower grpo.lr")
+            # the token mean over the whole minibatch; a repeated pass adds nothing
+            (part.loss_sum * (scale if counts else 0.0)).backward()
+            if counts:
+                parts.append(part)
+        norm = sharding.as_float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        )
+        if not math.isfinite(norm):
+            raise TrainingError(f"the policy gradient became {norm}; try a lower grpo.lr")
         self.optimizer.step()
-        return parts, float(norm)
+        return parts, norm
 
     def save_weights(self, out: Path) -> Path:
-        return save_hf_weights(self.model, out)
+        """The weights as an HF directory (rank 0 writes it; every rank must call)."""
+        state = sharding.full_model_state(self.net, "model.") if sharding.sharded() else None
+        if self.ranks.main:
+            save_hf_weights(self.model, out, state)
+        distributed.barrier()
+        return out
 
     def save(self, folder: Path) -> None:
-        """Weights and optimizer state into a checkpoint's `policy/` folder."""
+        """Weights and optimizer state into a checkpoint's `policy/` folder; the optimizer
+        state is keyed by parameter name, so any number of ranks can resume it."""
         import torch
 
-        save_hf_weights(self.model, folder / "model")
-        torch.save(
-            {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()},
-            folder / "trainer.pt",
-        )
+        optimizer = sharding.full_optimizer_state(self.net, self.optimizer)
+        self.save_weights(folder / "model")
+        if self.ranks.main:
+            torch.save(
+                {"optimizer": optimizer, "torch_rng": torch.get_rng_state()},
+                folder / "trainer.pt",
+            )
+        distributed.barrier()
 
     def restore(self, folder: Path) -> None:
         import torch
 
-        load_full_weights(self.model, folder / "model")
+        weights = read_full_weights(self.model, folder / "model")
+        sharding.load_model_state(self.net, weights, "model.")
         state = torch.load(folder / "trainer.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if by_position(state["optimizer"]) and not sharding.sharded():
+            self.optimizer.load_state_dict(state["optimizer"])  # written before FSDP2 came
+        else:
+            sharding.load_optimizer_state(self.net, self.optimizer, state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
+
+
+def by_position(optimizer_state: dict) -> bool:
+    """Whether an optimizer state names parameters by position (torch's own state_dict, what
+    checkpoints held before FSDP2) rather than by name."""
+    return any(isinstance(key, int) for key in optimizer_state.get("state", {}))
 
 
 def mismatch(episodes: list[PolicyEpisode], trainer_logprobs: list) -> float:

@@ -89,11 +89,14 @@ class RolloutWorker:
         )
         check_runnable(skipped, len(self.tasks))  # before the engines take a minute to load
         policy_dir = policy_model(self.collect, self.models_dir)
-        self.policy_engine = await self._engine(policy_dir, self.collect.engine.kv_cache_gb)
+        engine = self.collect.engine
+        self.policy_engine = await self._engine(policy_dir, engine.kv_cache_gb, engine.cpu_cores)
         self.policy = await self._stack.enter_async_context(
             open_policy(self.collect, self.models_dir, engine=self.policy_engine)
         )
-        self.wm_engine = await self._engine(self.wm_dir(), self.config.wm_kv_cache_gb)
+        self.wm_engine = await self._engine(
+            self.wm_dir(), self.config.wm_kv_cache_gb, self.config.wm_cpu_cores
+        )
         self.loop = await self._stack.enter_async_context(
             open_speculation(self.collect, self.models_dir, self.policy, wm_engine=self.wm_engine)
         )
@@ -108,7 +111,9 @@ class RolloutWorker:
 
         return resolve_model(self.collect.speculation.world_model, self.models_dir)
 
-    async def _engine(self, model: Path, kv_cache_gb: float) -> LocalVLLMEngine:
+    async def _engine(
+        self, model: Path, kv_cache_gb: float, cpu_cores: str | None
+    ) -> LocalVLLMEngine:
         options = self.collect.engine
         settings = EngineSettings(
             model=model,
@@ -116,12 +121,13 @@ class RolloutWorker:
             kv_cache_gb=kv_cache_gb,
             max_num_seqs=max(64, 2 * self.config.concurrency * self.config.speculation.breadth),
             seed=self.config.seed,
+            cpu_cores=cpu_cores,
         )
         return await self._stack.enter_async_context(LocalVLLMEngine(settings))
 
     async def rollout(self, episodes: list[EpisodeSpec], *, speculate: bool) -> list:
-        """Each episode's trajectory, in order; None where the infrastructure failed it on
-        every attempt (its group is then masked from training)."""
+        """Each episode's (trajectory, attempts that took), in order; None where the
+        infrastructure failed it on every attempt (its group is then masked from training)."""
         assert self.policy is not None, "start() first"
         runnable = [e for e in episodes if e.task_id in self._images]
         items = [WorkItem(e.task_id, i, e.seed) for i, e in enumerate(runnable)]
@@ -137,14 +143,14 @@ class RolloutWorker:
             self.config.sandbox_cpuset,
         ) as pools:
 
-            async def one(item: WorkItem) -> Trajectory | None:
+            async def one(item: WorkItem) -> tuple[Trajectory, int] | None:
                 async with gate:
                     played = await play_with_retries(
                         self.tasks[item.task_id], item, runner, pools, self.collect, self._failed
                     )
                 await pools.finished(item.task_id)
                 self.progress.done += 1
-                return None if played is None else played[0]
+                return played
 
             results = await asyncio.gather(*(one(item) for item in items))
         by_spec = dict(zip(runnable, results, strict=True))

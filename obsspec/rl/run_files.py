@@ -2,15 +2,19 @@
 
     OUT/rl-run.json                       identity, config, status, steps done
     OUT/metrics.jsonl                     one row per step (METRIC_KEYS on every row)
+    OUT/data/step-00000005.parquet        that step's episodes (collect's dataset schema)
     OUT/tensorboard/                      the same figures for TensorBoard
     OUT/curves.png                        reward, match rate, losses, seconds per step
     OUT/sync/{policy,world_model}/        the weights the engines last reloaded
     OUT/checkpoints/step-00000005/        policy/{model,trainer.pt}, world_model/{...},
                                           driver.json (step, identity, data cursor)
 
-A checkpoint is written under a temporary name and renamed when whole, and a metrics row is
-appended only after its step finished, so a run killed at any moment resumes from its last
-checkpoint; the rows of steps after it are dropped then (they will be run again).
+A checkpoint is written under a temporary name and renamed when whole, and a step's episodes
+and then its metrics row are written only after the step finished, so a run killed at any
+moment resumes from its last checkpoint; the rows and episodes of steps after it are dropped
+then (they will be run again). `datasets.load_dataset("parquet",
+data_files="OUT/data/*.parquet")` loads the episodes, and `obsspec train-wm --data OUT`
+reads them like a collected run.
 """
 
 from __future__ import annotations
@@ -22,13 +26,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from obsspec.config import first_difference
 from obsspec.errors import ConfigError
+from obsspec.rollout.dataset import SCHEMA, remove_partial_shards, write_atomically
 from obsspec.rollout.rundir import now
-from obsspec.runs import read_json_object
+from obsspec.runs import RL_MANIFEST, read_json_object
 from obsspec.train.checkpoint import Checkpoints
 
-MANIFEST = "rl-run.json"
+MANIFEST = RL_MANIFEST
 METRICS = "metrics.jsonl"
 DRIVER_STATE = "driver.json"
 
@@ -62,6 +70,7 @@ class RLRunDir:
         self.root = root
         self.checkpoints = root / "checkpoints"
         self.sync = root / "sync"
+        self.data = root / "data"
 
     def prepare(self, *, resume: bool, overwrite: bool) -> None:
         root = self.root
@@ -78,6 +87,8 @@ class RLRunDir:
             )
         root.mkdir(parents=True, exist_ok=True)
         Checkpoints(self.checkpoints, keep=1).remove_partial()
+        if self.data.is_dir():
+            remove_partial_shards(self.data)
 
     # the manifest
     def read_manifest(self) -> dict:
@@ -121,8 +132,25 @@ class RLRunDir:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
+    # episodes
+    def write_episodes(self, step: int, rows: list[dict]) -> None:
+        self.data.mkdir(exist_ok=True)
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        write_atomically(self.episodes_path(step), lambda tmp: pq.write_table(table, tmp))
+
+    def episodes_path(self, step: int) -> Path:
+        return self.data / f"step-{step:08d}.parquet"
+
+    def keep_steps_through(self, step: int) -> None:
+        """Drop the metrics rows and episodes of steps after `step` (they are about to be
+        run again)."""
+        self.keep_metrics_through(step)
+        for path in self.data.glob("step-*.parquet"):
+            if int(path.stem.removeprefix("step-")) > step:
+                path.unlink()
+
     def keep_metrics_through(self, step: int) -> None:
-        """Drop rows of steps after `step` (they are about to be run again)."""
+        """Drop rows of steps after `step`."""
         rows = [r for r in self.read_metrics() if r["step"] <= step]
         tmp = self.root / f".{METRICS}.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -74,14 +74,15 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     return torch.load(checkpoint / "trainer.pt", weights_only=False)
 
 
-def save_hf_weights(model, out: Path) -> Path:
-    """config.json + safetensors of the float32 master weights into `out`, which appears whole
-    or not at all: what an engine reloads in place (RL weight sync) and checkpoints hold."""
+def save_hf_weights(model, out: Path, state: dict | None = None) -> Path:
+    """config.json + safetensors of the float32 master weights (`state` when the model's own
+    are sharded) into `out`, which appears whole or not at all: what an engine reloads in
+    place (RL weight sync) and checkpoints hold."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     if out.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
@@ -90,8 +91,8 @@ def save_hf_weights(model, out: Path) -> Path:
     return out
 
 
-def load_full_weights(model, folder: Path) -> None:
-    """The safetensors weights saved in `folder` into `model`, checked against it."""
+def read_full_weights(model, folder: Path) -> dict:
+    """The safetensors weights saved in `folder`, checked against `model`'s parameter names."""
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
@@ -100,10 +101,17 @@ def load_full_weights(model, folder: Path) -> None:
     state: dict = {}
     for path in files:
         state.update(load_file(path))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    names = set(model.state_dict())
+    missing, unexpected = names - set(state), set(state) - names
     # tied output embeddings are saved once; anything else missing is a broken checkpoint
     if unexpected or any("lm_head" not in name for name in missing):
         raise ConfigError(f"--resume: {folder} does not match the model being trained")
+    return state
+
+
+def load_full_weights(model, folder: Path) -> None:
+    """The safetensors weights saved in `folder` into `model`, checked against it."""
+    model.load_state_dict(read_full_weights(model, folder), strict=False)
 
 
 def save_final(model, base: Path, out: Path, dtype: str) -> None:

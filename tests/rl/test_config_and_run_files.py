@@ -21,7 +21,10 @@ def test_the_examples_load(tmp_path):
     real = load_rl_config(
         EXAMPLE.with_name("rl_cpu_20_steps.toml"), {"tasks": "t", "out": tmp_path}
     )
-    assert real.steps == 20 and real.cotrain.lr == 1e-4
+    assert real.steps == 20 and not real.grpo.reward_requires_done
+    # the two engines on their own cores; the world model's engine settings reach collect's
+    assert real.engine.cpu_cores == "0" and real.wm_cpu_cores == "1"
+    assert real.collect_config().speculation.wm_cpu_cores == "1"
 
 
 def test_unknown_keys_are_named(tmp_path):
@@ -69,11 +72,44 @@ def test_checkpoints_appear_whole_and_old_ones_go(tmp_path):
         run.resume_point({"seed": 2})
 
 
-def test_metrics_rows_after_the_checkpoint_are_dropped_on_resume(tmp_path):
+def test_metrics_rows_and_episodes_after_the_checkpoint_are_dropped_on_resume(tmp_path):
+    from obsspec.rollout.dataset import trajectory_row
+    from obsspec.runs import read_rows
+    from obsspec.trajectory import Trajectory
+
     run = RLRunDir(tmp_path)
     for step in (1, 2, 3):
+        episode = Trajectory(f"task-{step}", "hash", "policy", seed=step, prompt_ids=[1, 2])
+        row = trajectory_row(episode, run_id="rl", episode_index=step, policy="p", attempts=1)
+        run.write_episodes(step, [row])
         run.append_metrics({"step": step, "reward_mean": float("nan")})
-    run.keep_metrics_through(2)
+    (tmp_path / "data" / ".step-00000004.parquet.tmp").write_bytes(b"half a shard")
+    run.write_manifest({"status": "failed"})
+    run.prepare(resume=True, overwrite=False)  # what a resumed run does first
+    run.keep_steps_through(2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{"step": 1, "reward_mean": None}, {"step": 2, "reward_mean": None}]
     assert "step" in METRIC_KEYS and len(METRIC_KEYS) == 13
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "step-00000001.parquet",
+        "step-00000002.parquet",
+    ]
+    assert [r["task_id"] for r in read_rows(tmp_path)] == ["task-1", "task-2"]
+
+
+def test_trainer_ranks_follow_the_trainer_gpus_and_take_one_each():
+    from obsspec.rl.config import PlacementSettings
+
+    assert PlacementSettings().policy_ranks == 1
+    assert PlacementSettings(trainer_gpus=4).policy_ranks == 4
+    assert PlacementSettings(trainer_ranks=2).policy_ranks == 2  # CPUs (gloo)
+    assert PlacementSettings(trainer_ranks=4, trainer_gpus=4).policy_ranks == 4
+    with pytest.raises(ValueError, match="one whole GPU per rank"):
+        PlacementSettings(trainer_ranks=2, trainer_gpus=4)
+    with pytest.raises(ValueError, match="one process uses one GPU"):
+        PlacementSettings(trainer_ranks=1, trainer_gpus=2)
+
+
+def test_rl_judges_the_world_model_on_recent_outcomes_and_keeps_trying(tmp_path):
+    gate = load_rl_config(None, {"tasks": "t", "out": tmp_path}).collect_config().speculation.gate
+    assert gate.hit_window and gate.explore_every  # it is co-trained: old misses go stale

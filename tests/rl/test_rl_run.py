@@ -56,6 +56,7 @@ def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
         assert set(METRIC_KEYS) <= row.keys()
         assert row["episodes"] == 4 and row["failed_episodes"] == 0
         assert row["lossless_violations"] == 0
+        assert sum(row["spec_matched_by_source"].values()) == row["spec_matched"]
         assert row["rollout_seconds"] > 0 and row["sync_seconds"] > 0
         assert row["wm_loss"] is not None  # the warm policy runs commands: co-training ran
     # the warm policy's rewards vary somewhere: the policy was really updated
@@ -79,6 +80,20 @@ def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
     assert (reference_run / "curves.png").read_bytes().startswith(b"\x89PNG")
     manifest = json.loads((reference_run / "rl-run.json").read_text())
     assert manifest["status"] == "complete" and manifest["steps_done"] == 3
+    assert episodes(reference_run) == [
+        (step, 4 * (step - 1) + i) for step in (1, 2, 3) for i in range(4)
+    ]
+
+
+def episodes(out: Path) -> list[tuple[int, int]]:
+    """(step, episode index) of every episode row in OUT/data, a dataset like collect's."""
+    from obsspec.runs import read_rows
+
+    rows = read_rows(out)
+    by_shard = sorted((out / "data").glob("step-*.parquet"))
+    steps = [int(p.stem.removeprefix("step-")) for p in by_shard for _ in range(4)]
+    assert len(rows) == len(steps) and all(r["run_id"].startswith("rl-") for r in rows)
+    return sorted(zip(steps, (r["episode_index"] for r in rows), strict=True))
 
 
 def test_a_run_killed_mid_step_stops_clearly_and_resumes_exactly(
@@ -111,12 +126,42 @@ def test_a_run_killed_mid_step_stops_clearly_and_resumes_exactly(
     assert [row["step"] for row in again] == [1, 2, 3]
     for want, got in zip(reference, again, strict=True):
         assert {k: got[k] for k in LEARNED} == {k: want[k] for k in LEARNED}, want["step"]
+    assert episodes(out) == episodes(reference_run)  # step 2's first try left nothing
 
     # Nothing to do once every step is done; other settings are refused, naming the first.
     assert rl(rl_tasks, warm_tiny_policy, out, "--resume").returncode == 0
     other = rl(rl_tasks, warm_tiny_policy, out, "--resume", "--lr", "1e-3")
     assert other.returncode == 1
     assert "grpo.lr" in other.stderr and "other settings" in other.stderr
+
+
+def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(
+    reference_run, rl_tasks, warm_tiny_policy, tmp_path
+):
+    """FSDP2 over two trainer processes (gloo on CPUs) in the loop: the same first steps as
+    one process, within float rounding; weights synced and checkpointed by rank 0."""
+    from tests.rl.conftest import EXAMPLE
+
+    config = tmp_path / "sharded.toml"
+    text = EXAMPLE.read_text()
+    config.write_text(text.replace("rollout_workers = 1", "rollout_workers = 1\ntrainer_ranks = 2"))
+    flags = list(TINY_FLAGS)
+    flags[flags.index(str(EXAMPLE))] = str(config)
+    out = tmp_path / "sharded"
+    result = obsspec(
+        "rl", *flags, "--tasks", str(rl_tasks), "--policy", str(warm_tiny_policy), "--out",
+        str(out), "--steps", "2", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = metrics(reference_run)[:2]
+    assert any(row["trained_episodes"] for row in reference)  # an update was compared
+    for want, got in zip(reference, metrics(out), strict=True):
+        for key in LEARNED:
+            if isinstance(want[key], float):
+                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+            else:
+                assert got[key] == want[key], key
+    assert (out / "checkpoints" / "step-00000002" / "policy" / "trainer.pt").is_file()
 
 
 def orphaned_engines() -> list[int]:
