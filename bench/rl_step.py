@@ -15,11 +15,15 @@ steps after the first (--skip-first, default 1: it pays engine warm-up and cold 
 Usage:
 
     python bench/rl_step.py [--tasks TASKS] [--policy POLICY] [--world-model WM] [--steps 3]
-        [--group-size 4] [--tasks-per-step 2] [--max-turns 10] [--max-tokens 128] [--json]
+        [--group-size 4] [--tasks-per-step 2] [--max-turns 10] [--max-tokens 128]
+        [--policy-cores 0] [--wm-cores N-1] [--sandbox-cpuset N-1] [--json]
 
-Placement (reported in the output): on a CPU machine every role shares the cores, so the
-co-trainer competes with the policy trainer, and the 1.05 goal, which presumes it has its
-own GPU, is not expected to hold there; on a cluster give it `placement.wm_trainer_gpus`.
+Placement (reported in the output): the policy engine's threads on --policy-cores, the world
+model's on --wm-cores, the sandboxes on --sandbox-cpuset ('auto': vLLM's choice, which puts
+both engines on core 0; the sandboxes anywhere). The trainers use every core while the
+engines idle, so the co-trainer competes with the policy trainer, and the 1.05 goal, which
+presumes it has its own GPU, is not expected to hold on one CPU machine; on a cluster give it
+`placement.wm_trainer_gpus`.
 """
 
 from __future__ import annotations
@@ -51,8 +55,15 @@ def arm_config(args, out: Path, *, speculate: bool, cotrain: bool):
             "limits": {"max_turns": args.max_turns, "max_tokens": args.max_tokens},
             "grpo": {"group_size": args.group_size, "tasks_per_step": args.tasks_per_step},
             "cotrain": {"enabled": cotrain},
+            "engine": {"cpu_cores": cores(args.policy_cores)},
+            "wm_cpu_cores": cores(args.wm_cores),
+            "sandbox_cpuset": cores(args.sandbox_cpuset),
         }
     )
+
+
+def cores(value: str) -> str | None:
+    return None if value == "auto" else value
 
 
 def run_arm(args, root: Path, name: str, **arm) -> list[dict]:
@@ -93,6 +104,10 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    last = str((os.cpu_count() or 1) - 1)
+    parser.add_argument("--policy-cores", default="0", help="The policy engine's cores.")
+    parser.add_argument("--wm-cores", default=last, help="The world-model engine's cores.")
+    parser.add_argument("--sandbox-cpuset", default=last, help="The sandboxes' cores.")
     parser.add_argument("--out", default=None, help="Keep the runs here [default: a temp dir].")
     parser.add_argument("--json", action="store_true", help="Only the JSON on stdout.")
     args = parser.parse_args()
@@ -124,8 +139,9 @@ def main() -> None:
             "speculative": [row["step_seconds"] for row in spec],
             "frozen_wm": [row["step_seconds"] for row in frozen],
         },
-        "placement": f"one machine, {os.cpu_count()} CPUs shared by every role "
-        "(vLLM binds its threads to core 0; trainers use all cores while engines idle)",
+        "placement": f"one machine, {os.cpu_count()} CPUs: policy engine on "
+        f"{args.policy_cores}, world-model engine on {args.wm_cores}, sandboxes on "
+        f"{args.sandbox_cpuset}; both trainers on every core while the engines idle",
     }
     print(json.dumps(result, indent=None if args.json else 2))
 
