@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,9 +22,23 @@ def docker_build(
     labels: dict[str, str] | None = None,
     on_log: LogFn = lambda _: None,
     dockerfile: str | None = None,
+    dockerfile_text: str | None = None,
 ) -> list[str]:
     """Build context into tag (never pulling: FROM may name a local image). Returns the log
-    tail; raises ImageBuildError carrying it when a step fails."""
+    tail; raises ImageBuildError carrying it when a step fails.
+
+    dockerfile_text, when given, is built instead of the context's Dockerfile: it is written
+    outside the context, and the SDK ships it inside the build's tar (the context is not
+    touched)."""
+    if dockerfile_text is None:
+        return _build(client, context, tag, buildargs, labels, on_log, dockerfile)
+    with tempfile.TemporaryDirectory(prefix="obsspec-dockerfile-") as tmp:
+        path = Path(tmp) / "Dockerfile"
+        path.write_text(dockerfile_text)
+        return _build(client, context, tag, buildargs, labels, on_log, str(path))
+
+
+def _build(client, context, tag, buildargs, labels, on_log, dockerfile) -> list[str]:
     import docker.errors
 
     tail: list[str] = []

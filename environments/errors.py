@@ -3,6 +3,7 @@
 EnvironmentFailure          base of everything here; infrastructure, so retryable
 ├── DockerUnavailable       no Docker daemon answers (hint: how to start one)
 ├── ImageBuildError         an image build failed; carries the last lines of its log
+│   └── MissingImageError   a base image is neither here nor pullable (not retryable)
 └── SandboxError            a container could not be created, started or driven
 """
 
@@ -27,6 +28,13 @@ class ImageBuildError(EnvironmentFailure):
         super().__init__(message, hint=hint)
 
 
+class MissingImageError(ImageBuildError):
+    """A task's base image is not on this machine and cannot be pulled: retrying cannot
+    help, an image map can (environments.tasks.image_map)."""
+
+    retryable = False
+
+
 class SandboxError(EnvironmentFailure):
     pass
 
@@ -35,6 +43,10 @@ class VerifierError(EnvironmentFailure):
     """The verifier ran but produced no usable reward: a broken task, never a zero reward."""
 
     retryable = False
+
+    def __init__(self, message: str, *, output: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.output = output  # the tail of what the verifier printed, when it ran
 
 
 class TaskFormatError(EnvironmentFailure):

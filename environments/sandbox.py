@@ -3,7 +3,8 @@
     async with DockerSandbox(client, image, SandboxLimits(), run_id="r1") as sb:
         result = await sb.run("cd /tmp && ls", timeout_s=30)
 
-Isolation: resource limits (cpus, memory, pids), no network unless allowed, no-new-privileges,
+Isolation: resource limits (cpus, memory, pids), no network unless the run's policy gives one
+(NetworkPolicy: none, only the verifier, or all; see `with_network`), no-new-privileges,
 capabilities cut to what a root shell in a task needs, an init process that reaps orphans.
 Determinism: fixed hostname, TZ, locale and umask (SHELL_ENV, INIT); HOME and the working
 directory as the image sets them (/root in ours). Still nondeterministic: clock times and
@@ -20,6 +21,8 @@ import os
 import socket
 import tarfile
 import time
+from collections.abc import AsyncIterator
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field
@@ -33,6 +36,7 @@ HOSTNAME = "sandbox"
 LABEL_RUN = "obsspec.run"
 LABEL_PID = "obsspec.pid"
 LABEL_HOST = "obsspec.host"
+VERIFIER_NETWORK = "bridge"  # Docker's default network: what `docker run` gives a container
 # Docker's default set minus NET_RAW, MKNOD, SETFCAP and AUDIT_WRITE: enough for a root shell
 # that installs packages, changes owners and permissions, and kills its own processes.
 KEEP_CAPABILITIES = [
@@ -49,13 +53,47 @@ KEEP_CAPABILITIES = [
 ]
 
 
+class NetworkPolicy(StrEnum):
+    """Which phases of an episode get a network (Docker's default bridge)."""
+
+    none = "none"  # no phase, ever: only loopback
+    verify = "verify"  # only the verifier (TB v1 verifiers install tools at verify time)
+    all = "all"  # the agent and the verifier
+
+
 class SandboxLimits(StrictModel):
     cpus: float = Field(default=1.0, gt=0, description="CPU quota (cores).")
     memory_mb: int = Field(default=2048, ge=64, description="Memory limit in MiB (no swap).")
     pids: int = Field(default=512, ge=16, description="Most processes at once (fork bombs).")
     cpuset: str | None = Field(default=None, description="Cores to pin to, e.g. '1' or '2-3'.")
-    allow_internet: bool = Field(default=False, description="Give the sandbox a network.")
+    allow_internet: bool = Field(
+        default=False,
+        description="The task lets its agent use the internet (Harbor's allow_internet); "
+        "what the sandbox gets is `network`, set by the run's policy (with_network).",
+    )
+    network: NetworkPolicy = Field(
+        default=NetworkPolicy.none, description="Which phases get a network in this sandbox."
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+
+
+def with_network(limits: SandboxLimits, run: NetworkPolicy) -> SandboxLimits:
+    """A task's sandbox limits under the run's network policy. The run's setting is a ceiling:
+    `none` gives no network even to a task that allows internet (the caller says so, see
+    denied_internet); `verify` gives the verifier a network, and the agent too when the task
+    allows internet; `all` gives both phases a network."""
+    if run is NetworkPolicy.none:
+        network = NetworkPolicy.none
+    elif run is NetworkPolicy.all or limits.allow_internet:
+        network = NetworkPolicy.all
+    else:
+        network = NetworkPolicy.verify
+    return limits.model_copy(update={"network": network})
+
+
+def denied_internet(limits: SandboxLimits, run: NetworkPolicy) -> bool:
+    """The task allows internet but the run's policy takes it away (worth a warning)."""
+    return limits.allow_internet and run is NetworkPolicy.none
 
 
 def run_labels(run_id: str) -> dict[str, str]:
@@ -128,7 +166,8 @@ class DockerSandbox:
                 hostname=HOSTNAME,
                 labels=run_labels(self.run_id),
                 environment={**SHELL_ENV, **limits.env},
-                network_mode=None if limits.allow_internet else "none",
+                # `verify` starts without a network too: network_for_verifier adds it later
+                network_mode=None if limits.network is NetworkPolicy.all else "none",
                 nano_cpus=int(limits.cpus * 1e9),
                 cpuset_cpus=limits.cpuset,
                 mem_limit=f"{limits.memory_mb}m",
@@ -157,6 +196,45 @@ class DockerSandbox:
         if self.shell is None:
             raise SandboxError("the sandbox is not started")
         return await self.shell.exec_oneoff(cmd, timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def network_for_verifier(self) -> AsyncIterator[None]:
+        """Around the verifier: under the `verify` policy the container joins Docker's default
+        bridge network just before it and leaves it after (the agent never had a network;
+        a container on Docker's `none` network must leave it to join another). Under the
+        other policies nothing changes."""
+        if self.limits.network is not NetworkPolicy.verify or self.container is None:
+            yield
+            return
+        await asyncio.to_thread(self._join_bridge)
+        try:
+            yield
+        finally:
+            if self.container is not None:
+                await asyncio.to_thread(self._leave_bridge)
+
+    def _join_bridge(self) -> None:
+        import docker.errors
+
+        api = self.client.api
+        with contextlib.suppress(docker.errors.APIError):  # already left it (a 2nd verifier)
+            api.disconnect_container_from_network(self.container.id, "none")
+        try:
+            api.connect_container_to_network(self.container.id, VERIFIER_NETWORK)
+        except docker.errors.APIError as e:
+            raise SandboxError(
+                f"cannot give the verifier a network ({VERIFIER_NETWORK}): {e.explanation}"
+            ) from e
+
+    def _leave_bridge(self) -> None:
+        import docker.errors
+
+        try:
+            self.client.api.disconnect_container_from_network(self.container.id, VERIFIER_NETWORK)
+        except docker.errors.NotFound:
+            pass  # the container is gone
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot take the network away again: {e.explanation}") from e
 
     async def upload(self, source: Path, dest_dir: str) -> None:
         """Copy a local file or directory tree into dest_dir (created if needed)."""
