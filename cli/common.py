@@ -16,8 +16,9 @@ from obsspec.config import GlobalConfig, load_global_config
 
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
 # `--json` output can be piped into other tools untouched.
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: a `:name:` in a task's text or a command's output is printed as typed.
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 if not out.is_terminal:
     out.width = 120  # rich's 80-column default for pipes folds paths in tables
 

@@ -6,6 +6,7 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from cli import env_tasks
 from cli.common import (
@@ -123,7 +124,7 @@ def run(
         if result.stderr:
             err.out(result.stderr, end="")
         status = "timed out" if result.timed_out else f"exit {result.exit_code}"
-        err.print(f"[dim]({image}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
+        err.print(f"[dim]({escape(image)}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
     raise typer.Exit(124 if result.timed_out else result.exit_code)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from cli.common import JsonOption, emit_json, err, out, progress_printer
 
@@ -43,36 +44,35 @@ def validate(
         str, typer.Argument(help="A task directory, a directory of tasks, or a glob.")
     ],
     concurrency: Annotated[
-        int, typer.Option(min=1, help="Tasks checked at once (1 gives honest command timings).")
+        int, typer.Option(min=1, help="Tasks checked at once (1 gives honest timings).")
     ] = 1,
     json_output: JsonOption = False,
 ) -> None:
     """Check every task: the reference solution must get reward 1, doing nothing reward 0.
 
-    Exits 1 if any task fails; the JSON lists each failure with its reasons.
+    The solution runs as a script, as Harbor and Terminal-Bench run it. A task directory that
+    does not load is reported as a failed task. Exits 1 if any task fails; the JSON has one
+    row per task with its problems and, on failure, the tails of the solution's and the
+    verifier's output.
     """
     from environments.gc import run_scope
-    from environments.tasks import load_tasks
     from environments.validate import summarize, validate_tasks
 
-    loaded = load_tasks(tasks)
-    done = 0
+    loaded, broken = load_or_report(tasks)
+    total, done = len(loaded) + len(broken), 0
 
     def show(report) -> None:
         nonlocal done
         done += 1
-        mark = "[green]ok[/green]" if report.ok else "[red]FAIL[/red]"
-        err.print(
-            f"[{done}/{len(loaded)}] {mark} {report.task} ({report.seconds:.1f} s)"
-            + ("" if report.ok else f": {'; '.join(report.problems())}"),
-            markup=True,
-        )
+        show_report(report, f"[{done}/{total}]")
 
+    for report in broken:
+        show(report)
     with run_scope("validate") as (client, run_id):
         reports = asyncio.run(
             validate_tasks(loaded, client, run_id, concurrency=concurrency, on_done=show)
         )
-    summary = summarize(reports)
+    summary = summarize([*broken, *reports])
     if json_output:
         emit_json(summary)
     else:
@@ -81,23 +81,86 @@ def validate(
         raise typer.Exit(1)
 
 
+def load_or_report(spec: str):
+    """The tasks that load, and a failed report for each task directory that does not."""
+    from environments.errors import TaskFormatError
+    from environments.tasks import load_task
+    from environments.tasks.load import task_dirs
+    from environments.validate import TaskValidation
+
+    loaded, broken = [], []
+    for path in task_dirs(spec):
+        try:
+            loaded.append(load_task(path))
+        except TaskFormatError as e:
+            broken.append(TaskValidation(path.name, "", errors=[str(e)]))
+        except UnicodeDecodeError as e:  # a task file that is not UTF-8 text
+            broken.append(TaskValidation(path.name, "", errors=[f"{path}: not UTF-8: {e}"]))
+    return loaded, broken
+
+
+def show_report(report, counter: str) -> None:
+    """One progress line on stderr; for a failure, its problems and output tails below it.
+    Task text goes out as rich Text (never parsed): a `[/]` in a task id prints as is."""
+    mark = ("ok", "green") if report.ok else ("FAIL", "red")
+    err.print(Text.assemble(f"{counter} ", mark, f" {report.task} ({report.seconds:.1f} s)"))
+    if not report.ok:
+        for line in failure_lines(report.row()):
+            err.print(line, markup=False)
+
+
+def failure_lines(row: dict) -> list[str]:
+    """A failed task's problems, then the tails of its outputs, indented."""
+    lines = [f"  - {problem}" for problem in row["problems"]]
+    for key, title in TAILS:
+        if row[key]:
+            lines.append(f"  {title} (last lines):")
+            lines += [f"    | {line}" for line in row[key].splitlines()]
+    return lines
+
+
+TAILS = (
+    ("solution_output", "solution output"),
+    ("verifier_output", "verifier output after the solution"),
+    ("noop_verifier_output", "verifier output with nothing done"),
+)
+
+
 def render_summary(summary: dict) -> None:
     table = Table(title="task validation")
-    table.add_column("tasks")
-    table.add_column("solution gets 1")
-    table.add_column("no-op gets 0")
-    table.add_column("families")
-    table.add_column("slow commands (>= 1 s)")
-    table.add_row(
-        str(summary["tasks"]),
-        str(summary["solution_pass"]),
-        str(summary["noop_fail"]),
-        str(len(summary["families"])),
-        f"{summary['slow_command_share']:.0%}",
-    )
+    for column in ("task", "solution reward", "no-op reward", "seconds", "result"):
+        table.add_column(column)
+    for row in summary["rows"]:
+        table.add_row(
+            Text(row["task"]),
+            reward_text(row["solution_reward"]),
+            reward_text(row["noop_reward"]),
+            f"{row['seconds']:.1f}",
+            result_text(row["problems"]),
+        )
     out.print(table)
-    for failure in summary["failures"]:
-        out.print(f"[red]{failure['task']}[/red]: {'; '.join(failure['problems'])}")
+    out.print(
+        f"{summary['ok']}/{summary['tasks']} tasks ok; solution gets 1: "
+        f"{summary['solution_pass']}, no-op gets 0: {summary['noop_fail']}; "
+        f"{len(summary['families'])} families; slow solutions (>= 1 s): "
+        f"{summary['slow_command_share']:.0%}",
+        markup=False,
+    )
+    for row in summary["rows"]:
+        if row["problems"]:
+            out.print(Text(f"{row['task']}:", style="red"))
+            for line in failure_lines(row):
+                out.print(line, markup=False)
+
+
+def result_text(problems: list[str]) -> Text:
+    if not problems:
+        return Text("ok", style="green")
+    return Text(f"{len(problems)} problem{'s' if len(problems) > 1 else ''}", style="red")
+
+
+def reward_text(reward: float | None) -> str:
+    return "-" if reward is None else f"{reward:g}"
 
 
 def shell(
@@ -133,27 +196,35 @@ async def _shell(task_dir, image, solution, verify_after, timeout) -> None:
     with run_scope("shell") as (client, run_id):
         if task is not None:
             image = await TaskImages(client, on_log=progress_printer()).ensure(task)
-            err.print(f"[bold]{task.id}[/bold]: {task.instruction.strip()}", markup=True)
+            err.print(Text.assemble((task.id, "bold"), ": ", task.instruction.strip()))
         limits = task.limits if task else None
         async with DockerSandbox(client, image, limits, run_id=run_id) as sb:
             await _session(task, sb, solution, verify_after, timeout)
 
 
 async def _session(task, sb, solution, verify_after, timeout) -> None:
-    """The reference solution (if asked), then stdin's commands, then the verifier."""
+    """The reference solution as a script (if asked), then stdin's commands, then the
+    verifier with its output."""
+    from environments.tasks.solution_run import run_solution_script
     from environments.tasks.verifier import verify
     from obsspec.types import render_observation
 
-    commands = task.solution_commands() if (task and solution) else []
-    for command in [*commands, *read_commands()]:
-        if commands and command == commands[0]:
-            err.print("[dim]-- reference solution --[/dim]", markup=True)
+    if task is not None and solution:
+        err.print("[dim]-- reference solution --[/dim]")
+        run = await run_solution_script(task, sb)
+        out.print(f"$ {run.command}", markup=False)
+        out.print(render_observation(run.result), markup=False)
+        if not run.ok:
+            err.print(run.problem(), markup=False)
+    for command in read_commands():
         result = await sb.run(command, timeout_s=timeout)
-        if not sys.stdin.isatty() or command in commands:
-            out.print(f"$ {command}", markup=False, highlight=False)
-        out.print(render_observation(result), markup=False, highlight=False)
+        if not sys.stdin.isatty():
+            out.print(f"$ {command}", markup=False)
+        out.print(render_observation(result), markup=False)
     if task is not None and verify_after:
         outcome = await verify(task, sb)
+        err.print("[dim]-- verifier output --[/dim]")
+        out.print(outcome.output.rstrip("\n") or "(no output)", markup=False)
         out.print(f"reward: {outcome.reward:g} (verifier {outcome.seconds:.1f} s)")
 
 
@@ -162,7 +233,7 @@ def read_commands():
     interactive = sys.stdin.isatty()
     while True:
         if interactive:
-            err.print("[bold cyan]sandbox$[/bold cyan] ", end="", markup=True)
+            err.print("[bold cyan]sandbox$[/bold cyan] ", end="")
         line = sys.stdin.readline()
         if not line:
             return

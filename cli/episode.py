@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err, global_config
+from cli.common import (
+    CacheDirOption,
+    ConfigOption,
+    JsonOption,
+    emit_json,
+    global_config,
+    progress_printer,
+)
 from cli.common import out as console
 from obsspec.agent.protocol import ActionFormat
 
@@ -72,7 +79,7 @@ def episode(
             seed=seed,
             server=server,
             served_name=served_name,
-            on_log=lambda m: err.print(f"[dim]{m}[/dim]", markup=True),
+            on_log=progress_printer(),
         )
     )
     if json_output:

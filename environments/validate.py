@@ -1,8 +1,11 @@
 """Checking tasks end to end: the reference solution must earn reward 1, doing nothing 0.
 
-Each task gets its image, then two fresh sandboxes: one runs the reference solution command by
-command (each timed: the share of slow commands is part of the report) and is verified; the
-other is verified untouched.
+Each task gets its image, then two fresh sandboxes: one runs the reference solution as a
+script, as the task's own harness would (environments.tasks.solution_run), and is verified;
+the other is verified untouched. The two arms are independent: an error in one (say, a
+verifier that writes no reward) still lets the other report. On a failure the report keeps
+the tail of the solution's and the verifier's output, so that a verifier that could not run
+is told apart from a wrong solution.
 """
 
 from __future__ import annotations
@@ -10,15 +13,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+from environments.errors import VerifierError
 from environments.sandbox import DockerSandbox
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
+from environments.tasks.solution_run import run_solution_script
 from environments.tasks.verifier import verify
 from obsspec.errors import ObsspecError
 
-SLOW_COMMAND_S = 1.0
+SLOW_SOLUTION_S = 1.0
+TAIL_LINES = 20
+TAIL_CHARS = 2000
+
+
+def output_tail(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+    """The last `lines` lines of text, and at most its last `chars` characters."""
+    tail = "\n".join(text.rstrip("\n").splitlines()[-lines:])
+    return tail if len(tail) <= chars else "..." + tail[-chars:]
 
 
 @dataclass
@@ -27,23 +40,31 @@ class TaskValidation:
     family: str
     solution_reward: float | None = None
     noop_reward: float | None = None
-    command_seconds: list[float] = field(default_factory=list)
-    failed_commands: list[str] = field(default_factory=list)
-    error: str | None = None
+    solution_exit_code: int | None = None
+    solution_seconds: float | None = None
     seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)  # solution failures, broken verifiers...
+    solution_output: str = ""  # tails, kept only when something went wrong
+    verifier_output: str = ""
+    noop_verifier_output: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.solution_reward == 1.0 and self.noop_reward == 0.0
+        return not self.errors and self.solution_reward == 1.0 and self.noop_reward == 0.0
 
     def problems(self) -> list[str]:
-        found = [self.error] if self.error else []
+        found = list(self.errors)
         if self.solution_reward is not None and self.solution_reward != 1.0:
             found.append(f"reference solution got reward {self.solution_reward:g}, not 1")
         if self.noop_reward is not None and self.noop_reward != 0.0:
             found.append(f"doing nothing got reward {self.noop_reward:g}, not 0")
-        found += [f"solution command failed: {c}" for c in self.failed_commands]
         return found
+
+    def row(self) -> dict:
+        """The JSON row of `env validate --json`."""
+        row = {**asdict(self), "seconds": round(self.seconds, 2), "problems": self.problems()}
+        del row["errors"]  # in problems
+        return row
 
 
 async def validate_task(task: Task, client, images: TaskImages, run_id: str) -> TaskValidation:
@@ -51,32 +72,62 @@ async def validate_task(task: Task, client, images: TaskImages, run_id: str) -> 
     start = time.monotonic()
     try:
         image = await images.ensure(task)
-        solved, untouched = await asyncio.gather(
-            run_solution(task, client, image, run_id, report),
-            verify_untouched(task, client, image, run_id),
-        )
-        report.solution_reward, report.noop_reward = solved, untouched
     except ObsspecError as e:
-        report.error = str(e)
+        report.errors.append(str(e))
+    else:
+        await asyncio.gather(
+            check_solution(task, client, image, run_id, report),
+            check_untouched(task, client, image, run_id, report),
+        )
     report.seconds = time.monotonic() - start
     return report
 
 
-async def run_solution(task: Task, client, image: str, run_id: str, report: TaskValidation):
-    if task.solution is None:
-        raise ObsspecError(f"task {task.id} has no reference solution")
-    async with DockerSandbox(client, image, task.limits, run_id=run_id) as sandbox:
-        for command in task.solution_commands():
-            result = await sandbox.run(command, timeout_s=task.agent_timeout_s)
-            report.command_seconds.append(result.duration_s)
-            if result.exit_code != 0:
-                report.failed_commands.append(command)
-        return (await verify(task, sandbox)).reward
+async def check_solution(task: Task, client, image: str, run_id: str, report: TaskValidation):
+    """Run the solution script, then the verifier; record rewards, problems and tails."""
+    try:
+        async with DockerSandbox(client, image, task.limits, run_id=run_id) as sandbox:
+            run = await run_solution_script(task, sandbox)
+            report.solution_exit_code = run.result.exit_code
+            report.solution_seconds = round(run.result.duration_s, 3)
+            if not run.ok:
+                report.errors.append(run.problem())
+                report.solution_output = output_tail(run.result.stdout + run.result.stderr)
+            verdict = await verdict_of(task, sandbox, expected=1.0)
+    except ObsspecError as e:
+        report.errors.append(f"solution run: {e}")
+        return
+    report.solution_reward, report.verifier_output = verdict.reward, verdict.output
+    if verdict.error:
+        report.errors.append(f"solution run: {verdict.error}")
 
 
-async def verify_untouched(task: Task, client, image: str, run_id: str) -> float:
-    async with DockerSandbox(client, image, task.limits, run_id=run_id) as sandbox:
-        return (await verify(task, sandbox)).reward
+async def check_untouched(task: Task, client, image: str, run_id: str, report: TaskValidation):
+    try:
+        async with DockerSandbox(client, image, task.limits, run_id=run_id) as sandbox:
+            verdict = await verdict_of(task, sandbox, expected=0.0)
+    except ObsspecError as e:
+        report.errors.append(f"no-op run: {e}")
+        return
+    report.noop_reward, report.noop_verifier_output = verdict.reward, verdict.output
+    if verdict.error:
+        report.errors.append(f"no-op run: {verdict.error}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reward: float | None
+    output: str  # the tail of the verifier's output, kept only when the reward is unexpected
+    error: str | None = None  # the verifier ran but gave no usable reward
+
+
+async def verdict_of(task: Task, sandbox: DockerSandbox, expected: float) -> Verdict:
+    try:
+        outcome = await verify(task, sandbox)
+    except VerifierError as e:  # e.g. a tool it needs is missing: its output says which
+        return Verdict(None, output_tail(e.output), str(e))
+    unexpected = outcome.reward != expected
+    return Verdict(outcome.reward, output_tail(outcome.output) if unexpected else "")
 
 
 async def validate_tasks(
@@ -101,7 +152,10 @@ async def validate_tasks(
 
 
 def summarize(reports: list[TaskValidation]) -> dict:
-    seconds = [s for r in reports for s in r.command_seconds]
+    """Counts, then one row per task. A solution is one script now, so `solution_commands`
+    counts solution scripts run and `slow_command_share` is the share of them that took at
+    least SLOW_SOLUTION_S."""
+    seconds = [r.solution_seconds for r in reports if r.solution_seconds is not None]
     families = sorted({r.family for r in reports if r.family})
     return {
         "tasks": len(reports),
@@ -110,8 +164,9 @@ def summarize(reports: list[TaskValidation]) -> dict:
         "ok": sum(r.ok for r in reports),
         "families": families,
         "solution_commands": len(seconds),
-        "slow_command_share": round(sum(s >= SLOW_COMMAND_S for s in seconds) / len(seconds), 3)
+        "slow_command_share": round(sum(s >= SLOW_SOLUTION_S for s in seconds) / len(seconds), 3)
         if seconds
         else 0.0,
         "failures": [{"task": r.task, "problems": r.problems()} for r in reports if not r.ok],
+        "rows": [r.row() for r in reports],
     }
