@@ -42,8 +42,12 @@ class ScriptedEngine:
         max_model_len: int = 8192,
         seconds_per_token: float = 0.0,
         logprob: float = -0.25,
+        honor_max_tokens: bool = True,
     ) -> None:
         self.tokenizer = tokenizer
+        # False for a reply that is not a model's guess but given text (the oracle's solution
+        # commands): cutting it at the sampling's max_tokens would make it another command.
+        self.honor_max_tokens = honor_max_tokens
         self.reply = reply
         self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
@@ -69,9 +73,10 @@ class ScriptedEngine:
         progress = progress if progress is not None else GenerationProgress()
         text = self.reply(self.tokenizer.decode(prompt_ids))
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = ids[: sampling.max_tokens]
+        limit = sampling.max_tokens if self.honor_max_tokens else len(ids) + 1
+        ids = ids[:limit]
         finish = "length"
-        if len(ids) < sampling.max_tokens:
+        if len(ids) < limit:
             ids, finish = [*ids, self.tokenizer.eos_token_id], "stop"
         self._running += 1
         try:

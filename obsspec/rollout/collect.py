@@ -28,7 +28,7 @@ from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
-from obsspec.rollout.policy import policy_model
+from obsspec.rollout.policy import playable_tasks, policy_model
 from obsspec.rollout.rundir import RunDir, now
 from obsspec.rollout.speculation import check_world_model
 from obsspec.rollout.stats import CollectStats
@@ -51,6 +51,9 @@ async def collect(
     policy_model(config, models_dir)
     check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
+    if config.is_oracle:  # a task whose solution the oracle cannot play is skipped, named
+        tasks, refused = playable_tasks(tasks, config.limits.action_format, strict=config.strict)
+        broken.update(refused)
     rundir = RunDir(config.out)
     rundir.preflight(config.min_free_mb)
     with rundir.locked():
