@@ -15,11 +15,14 @@ from cli.collect_view import CollectView, plain_line, summary_table
 from cli.common import (
     CacheDirOption,
     ConfigOption,
+    ImageMapOption,
     JsonOption,
+    NetworkOption,
     drop_unset,
     emit_json,
     err,
     global_config,
+    image_map_overrides,
     out,
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
@@ -126,6 +129,8 @@ def collect(
     depth: DepthOption = None,
     breadth: BreadthOption = None,
     gate: GateOption = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -140,7 +145,7 @@ def collect(
     from obsspec.rollout.collect import collect as run_collection
     from obsspec.rollout.config import load_collect_config
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     limits = {
         "max_turns": max_turns,
         "max_tokens": max_tokens,
@@ -159,6 +164,9 @@ def collect(
         "workers": workers,
         "ray_address": ray_address,
         "limits": drop_unset(limits),
+        "network": network,
+        # the environment's and the flags' map entries win over [collect] images
+        "images": drop_unset({"map": image_map_overrides(image_map)}),
         "engine": {"server": server} if server else {},
         "speculation": drop_unset(
             {
@@ -169,7 +177,9 @@ def collect(
         ),
     }
     flags = drop_unset(flags)
-    collect_config = load_collect_config(config, flags, default_policy=settings.default_model)
+    collect_config = load_collect_config(
+        config, flags, default_policy=settings.default_model, images=settings.images
+    )
 
     view = CollectView()
     live = not json_output and err.is_terminal

@@ -48,6 +48,15 @@ class PathsConfig(StrictModel):
         return self.cache_dir / "models"
 
 
+class ImagesConfig(StrictModel):
+    map: dict[str, str] = Field(
+        default_factory=dict,
+        description="A task's FROM (or docker_image) image -> the local image to use instead, "
+        "e.g. {'python:3.13-slim' = 'obsspec/base'}; '*' maps every image this machine "
+        "lacks. Also --image-map SRC=DST and OBSSPEC_IMAGE_MAP (environments.tasks.image_map).",
+    )
+
+
 class GlobalConfig(StrictModel):
     """Settings every command shares; pipelines embed it in their own config."""
 
@@ -57,6 +66,9 @@ class GlobalConfig(StrictModel):
     )
     default_model: str = Field(
         default=DEFAULT_MODEL, description="Model used when a command is not given one."
+    )
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig, description="Local images for tasks' registry images."
     )
 
 

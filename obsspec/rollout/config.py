@@ -8,8 +8,15 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from environments.sandbox import NetworkPolicy
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import CORE_LIST, DEFAULT_MODEL, StrictModel, load_pipeline_config
+from obsspec.config import (
+    CORE_LIST,
+    DEFAULT_MODEL,
+    ImagesConfig,
+    StrictModel,
+    load_pipeline_config,
+)
 from obsspec.speculation.runner import SpeculationSettings
 
 
@@ -109,6 +116,16 @@ class CollectConfig(StrictModel):
         description="Pin every sandbox to these cores (e.g. '1'), away from the engine's, to "
         "mimic a cluster where inference and tools do not share processors.",
     )
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig,
+        description="Local images for tasks' registry images [default: the config's "
+        "top-level [images] table, OBSSPEC_IMAGE_MAP and --image-map].",
+    )
+    network: NetworkPolicy = Field(
+        default=NetworkPolicy.none,
+        description="Who gets a network: none, verify (only the verifier), all (the agent "
+        "too); under verify, a task with allow_internet gives its agent one as well.",
+    )
     min_free_mb: int = Field(
         default=64, ge=0, description="Refuse to start with less free disk in the run directory."
     )
@@ -143,15 +160,18 @@ REQUIRED = {"tasks": "--tasks", "out": "--out"}
 
 
 def load_collect_config(
-    config_file: Path | None, flags: dict[str, Any], *, default_policy: str = DEFAULT_MODEL
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    default_policy: str = DEFAULT_MODEL,
+    images: ImagesConfig | None = None,
 ) -> CollectConfig:
     """The `[collect]` table of config_file (if any), overlaid with the flags the user set;
-    the policy defaults to default_policy (the global config's default model)."""
+    the policy defaults to default_policy (the global config's default model), the image map
+    to images (the global config's, so that the run directory records the map used)."""
+    defaults: dict[str, Any] = {"policy": default_policy}
+    if images is not None:
+        defaults["images"] = images.model_dump()
     return load_pipeline_config(
-        CollectConfig,
-        "collect",
-        config_file,
-        flags,
-        required=REQUIRED,
-        defaults={"policy": default_policy},
+        CollectConfig, "collect", config_file, flags, required=REQUIRED, defaults=defaults
     )

@@ -8,7 +8,8 @@ It reads top to bottom:
     load the policy (tokenizer + engine, or the oracle), and the speculative loop if asked
     (predictors, the world model's engine)
     run the work items, `concurrency` at a time; each episode is retried while the
-    infrastructure fails (up to max_attempts), then written to the shard buffer
+    infrastructure fails (up to max_attempts), then written to the shard buffer; an episode
+    whose task is broken (a verifier that gives no usable reward) is reported, not retried
     on any exit (done, error, Ctrl-C / cancellation): write the finished rows as a shard
 
 The same function runs in the CLI process (no Ray) and inside each Ray actor; it reports
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from environments.errors import ImageBuildError
 from environments.gc import gc_containers, run_scope
 from environments.pool import SandboxPool
+from environments.sandbox import NetworkPolicy, denied_internet, with_network
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
 from obsspec.agent.episode import run_episode
@@ -79,14 +81,18 @@ async def run_worker(
         leftovers = await asyncio.to_thread(gc_containers, client)
         if leftovers.removed:
             emit(Note(f"removed {len(leftovers.removed)} containers of dead runs"))
-        images = await build_images(client, tasks, job.items, config.strict, emit)
+        images = await build_images(
+            client, tasks, job.items, config.strict, emit, config.images.map, config.network
+        )
         items = [item for item in job.items if item.task_id in images]
         if not items:
             return
         async with (
             open_policy(config, job.models_dir, engine=engine) as policy,
             open_speculation(config, job.models_dir, policy, wm_engine=wm_engine) as loop,
-            TaskPools(client, docker_run, tasks, images, items, config.sandbox_cpuset) as pools,
+            TaskPools(
+                client, docker_run, tasks, images, items, config.sandbox_cpuset, config.network
+            ) as pools,
         ):
             writer = ShardWriter(
                 job.config.out / DATA_DIR,
@@ -103,12 +109,27 @@ async def run_worker(
 
 
 async def build_images(
-    client, tasks: dict[str, Task], items: list[WorkItem], strict: bool, emit: Emit
+    client,
+    tasks: dict[str, Task],
+    items: list[WorkItem],
+    strict: bool,
+    emit: Emit,
+    image_map: Mapping[str, str] | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
 ) -> dict[str, str]:
-    """task id -> image tag for every task with work whose image exists or builds."""
+    """task id -> image tag for every task with work whose image exists or builds (FROM
+    images replaced as image_map says); says which tasks the network policy denies internet."""
     planned = Counter(item.task_id for item in items)
-    builder = TaskImages(client)
+    builder = TaskImages(client, image_map=image_map)
     emit(Note(f"preparing {len(planned)} task images"))
+    denied = [t for t in planned if denied_internet(tasks[t].limits, network)]
+    if denied:
+        emit(
+            Note(
+                f"--network {network}: no network for {len(denied)} task(s) that allow "
+                f"internet ({', '.join(sorted(denied)[:5])})"
+            )
+        )
 
     async def one(task_id: str) -> tuple[str, str | None]:
         try:
@@ -138,8 +159,8 @@ async def run_items(
     async def one(item: WorkItem) -> None:
         nonlocal failed_in_a_row
         async with gate:
-            row = await run_item(job, item, tasks[item.task_id], runner, pools, emit)
-        failed_in_a_row = 0 if row is not None else failed_in_a_row + 1
+            row, lost = await run_item(job, item, tasks[item.task_id], runner, pools, emit)
+        failed_in_a_row = failed_in_a_row + 1 if lost else 0  # a broken task is no outage
         if failed_in_a_row >= job.config.give_up_after:
             raise InfrastructureDown(
                 f"{failed_in_a_row} episodes in a row failed on every attempt; stopping "
@@ -186,28 +207,38 @@ class Runner:
 
 async def run_item(
     job: WorkerJob, item: WorkItem, task: Task, runner: Runner, pools: TaskPools, emit: Emit
-) -> dict | None:
-    """One episode, retried while the infrastructure fails; its row, or None if it never
-    succeeded (recorded as a failure, left for a rerun)."""
+) -> tuple[dict | None, bool]:
+    """One episode, retried while the infrastructure fails: (its row, False), or (None, True)
+    if the infrastructure failed every attempt, or (None, False) if the task is broken (both
+    recorded as failures, left for a rerun)."""
     config = job.config
+    lost = False
 
     def failed(trajectory: Trajectory, attempt: int, final: bool) -> None:
+        nonlocal lost
         error_type, error = trajectory.error_type or "Error", trajectory.error or ""
         index = item.episode_index
-        emit(AttemptFailed(job.worker, task.id, index, attempt, error_type, error, final))
+        retryable = trajectory.error_kind == "infra"
+        lost = final and retryable
+        emit(
+            AttemptFailed(
+                job.worker, task.id, index, attempt, error_type, error, final, retryable
+            )
+        )
 
     played = await play_with_retries(task, item, runner, pools, config, failed)
     if played is None:
-        return None
+        return None, lost
     trajectory, attempt = played
     emit(EpisodeDone.of(job.worker, item.episode_index, trajectory, attempt))
-    return trajectory_row(
+    row = trajectory_row(
         trajectory,
         run_id=job.run_id,
         episode_index=item.episode_index,
         policy=config.policy,
         attempts=attempt,
     )
+    return row, False
 
 
 async def play_with_retries(
@@ -219,8 +250,9 @@ async def play_with_retries(
     on_failure: Callable[[Trajectory, int, bool], None],
 ) -> tuple[Trajectory, int] | None:
     """One episode, run again while the infrastructure fails (up to config.max_attempts):
-    the trajectory and the attempt that gave it, or None. on_failure(trajectory, attempt,
-    final) hears of every failed attempt."""
+    the trajectory and the attempt that gave it, or None. A broken task (error_kind "task",
+    e.g. a VerifierError) is not retried: its one attempt is final, and None. on_failure(
+    trajectory, attempt, final) hears of every failed attempt."""
     policy = runner.policy
     limits = policy.limits_for(task, config.limits)
     for attempt in range(1, config.max_attempts + 1):
@@ -234,6 +266,9 @@ async def play_with_retries(
             model=policy.name,
             loop=runner.loop,
         )
+        if trajectory.error_kind == "task":
+            on_failure(trajectory, attempt, True)  # the same task fails the same way again
+            return None
         if trajectory.error_kind != "infra":
             return trajectory, attempt
         on_failure(trajectory, attempt, attempt == config.max_attempts)
@@ -252,9 +287,11 @@ class TaskPools:
         images: dict[str, str],
         items: list[WorkItem],
         cpuset: str | None = None,
+        network: NetworkPolicy = NetworkPolicy.none,
     ) -> None:
         self.client = client
         self.cpuset = cpuset
+        self.network = network
         self.run_id = run_id
         self.tasks = tasks
         self.images = images
@@ -270,7 +307,7 @@ class TaskPools:
     async def pool(self, task: Task) -> SandboxPool:
         if task.id not in self._pools:
             warm = 1 if self.remaining[task.id] > 1 else 0
-            limits = task.limits
+            limits = with_network(task.limits, self.network)
             if self.cpuset is not None:
                 limits = limits.model_copy(update={"cpuset": self.cpuset})
             pool = SandboxPool(
