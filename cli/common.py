@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from environments.sandbox import NetworkPolicy
 from obsspec.config import GlobalConfig, load_global_config
 
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
@@ -40,17 +42,58 @@ CacheDirOption = Annotated[
         rich_help_panel="Configuration",
     ),
 ]
+SANDBOX = "Sandbox"
+ImageMapOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image-map",
+        metavar="SRC=DST",
+        help="Build on local image DST where a task says FROM SRC, e.g. "
+        "python:3.13-slim=obsspec/base ('*=IMAGE': every image not here); repeatable. "
+        "Adds to OBSSPEC_IMAGE_MAP and the config's \\[images] map.",
+        rich_help_panel=SANDBOX,
+    ),
+]
+NetworkOption = Annotated[
+    NetworkPolicy | None,
+    typer.Option(
+        "--network",
+        help="Who gets a network: none, verify (only the verifier), all (the agent too; "
+        "also a task's allow_internet under verify) \\[default: none].",
+        case_sensitive=False,
+        rich_help_panel=SANDBOX,
+    ),
+]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
 ]
 
 
-def global_config(config_file: Path | None, cache_dir: Path | None = None) -> GlobalConfig:
-    """Defaults < config file < the flags the user actually set."""
+def global_config(
+    config_file: Path | None,
+    cache_dir: Path | None = None,
+    *,
+    image_map: list[str] | None = None,
+    runs_tasks: bool = False,
+) -> GlobalConfig:
+    """Defaults < config file < the flags the user actually set. Commands that run tasks
+    (runs_tasks) also take OBSSPEC_IMAGE_MAP, which --image-map entries override."""
     overrides: dict[str, Any] = {}
     if cache_dir is not None:
         overrides["paths"] = {"cache_dir": cache_dir.expanduser()}
+    if runs_tasks and (mapped := image_map_overrides(image_map)):
+        overrides["images"] = {"map": mapped}
     return load_global_config(config_file, overrides)
+
+
+def image_map_overrides(entries: list[str] | None) -> dict[str, str]:
+    """OBSSPEC_IMAGE_MAP's entries, then --image-map's (a source named twice: the flag wins);
+    a malformed entry is a ConfigError naming the variable or the flag."""
+    from environments.tasks.image_map import ENV_VAR, FLAG, parse_entries, parse_env_value
+
+    merged = parse_env_value(os.environ.get(ENV_VAR, ""))
+    merged.update(parse_entries(entries or [], FLAG))
+    return merged
 
 
 def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
