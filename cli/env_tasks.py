@@ -11,7 +11,18 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cli.common import JsonOption, emit_json, err, out, progress_printer
+from cli.common import (
+    ConfigOption,
+    ImageMapOption,
+    JsonOption,
+    NetworkOption,
+    emit_json,
+    err,
+    global_config,
+    out,
+    progress_printer,
+)
+from environments.sandbox import NetworkPolicy, denied_internet
 
 
 def generate(
@@ -46,7 +57,10 @@ def validate(
     concurrency: Annotated[
         int, typer.Option(min=1, help="Tasks checked at once (1 gives honest timings).")
     ] = 1,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
     json_output: JsonOption = False,
+    config: ConfigOption = None,
 ) -> None:
     """Check every task: the reference solution must get reward 1, doing nothing reward 0.
 
@@ -58,7 +72,10 @@ def validate(
     from environments.gc import run_scope
     from environments.validate import summarize, validate_tasks
 
+    settings = global_config(config, image_map=image_map, runs_tasks=True)
     loaded, broken = load_or_report(tasks)
+    network = network or NetworkPolicy.none
+    warn_denied_internet([t for t in loaded if denied_internet(t.limits, network)])
     total, done = len(loaded) + len(broken), 0
 
     def show(report) -> None:
@@ -70,7 +87,15 @@ def validate(
         show(report)
     with run_scope("validate") as (client, run_id):
         reports = asyncio.run(
-            validate_tasks(loaded, client, run_id, concurrency=concurrency, on_done=show)
+            validate_tasks(
+                loaded,
+                client,
+                run_id,
+                concurrency=concurrency,
+                on_done=show,
+                image_map=settings.images.map,
+                network=network,
+            )
         )
     summary = summarize([*broken, *reports])
     if json_output:
@@ -126,6 +151,16 @@ TAILS = (
 )
 
 
+def warn_denied_internet(tasks) -> None:
+    if tasks:
+        names = ", ".join(t.id for t in tasks[:5]) + (", ..." if len(tasks) > 5 else "")
+        err.print(
+            f"note: {len(tasks)} task(s) allow internet, but --network is none: they get no "
+            f"network ({names}); --network verify or all gives their agent one",
+            markup=False,
+        )
+
+
 def render_summary(summary: dict) -> None:
     table = Table(title="task validation")
     for column in ("task", "solution reward", "no-op reward", "seconds", "result"):
@@ -175,6 +210,9 @@ def shell(
         bool, typer.Option("--verify", help="Run the verifier at the end.")
     ] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per command.")] = 120.0,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """A persistent shell in a task's sandbox, for humans debugging tasks.
 
@@ -183,21 +221,25 @@ def shell(
     """
     if (task is None) == (image is None):
         raise typer.BadParameter("give a task directory or --image, not both")
-    asyncio.run(_shell(task, image, solution, verify_after, timeout))
+    settings = global_config(config, image_map=image_map, runs_tasks=True)
+    network = network or NetworkPolicy.none
+    asyncio.run(_shell(task, image, solution, verify_after, timeout, settings, network))
 
 
-async def _shell(task_dir, image, solution, verify_after, timeout) -> None:
+async def _shell(task_dir, image, solution, verify_after, timeout, settings, network) -> None:
     from environments.gc import run_scope
-    from environments.sandbox import DockerSandbox
+    from environments.sandbox import DockerSandbox, SandboxLimits, with_network
     from environments.tasks import load_task
     from environments.tasks.images import TaskImages
 
     task = load_task(task_dir) if task_dir else None
     with run_scope("shell") as (client, run_id):
         if task is not None:
-            image = await TaskImages(client, on_log=progress_printer()).ensure(task)
+            images = TaskImages(client, image_map=settings.images.map, on_log=progress_printer())
+            image = await images.ensure(task)
             err.print(Text.assemble((task.id, "bold"), ": ", task.instruction.strip()))
-        limits = task.limits if task else None
+        limits = with_network(task.limits if task else SandboxLimits(), network)
+        warn_denied_internet([task] if task and denied_internet(task.limits, network) else [])
         async with DockerSandbox(client, image, limits, run_id=run_id) as sb:
             await _session(task, sb, solution, verify_after, timeout)
 
@@ -222,7 +264,8 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
             out.print(f"$ {command}", markup=False)
         out.print(render_observation(result), markup=False)
     if task is not None and verify_after:
-        outcome = await verify(task, sb)
+        async with sb.network_for_verifier():
+            outcome = await verify(task, sb)
         err.print("[dim]-- verifier output --[/dim]")
         out.print(outcome.output.rstrip("\n") or "(no output)", markup=False)
         out.print(f"reward: {outcome.reward:g} (verifier {outcome.seconds:.1f} s)")

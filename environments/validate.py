@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from environments.errors import VerifierError
-from environments.sandbox import DockerSandbox
+from environments.sandbox import DockerSandbox, NetworkPolicy, with_network
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
 from environments.tasks.solution_run import run_solution_script
@@ -67,8 +67,15 @@ class TaskValidation:
         return row
 
 
-async def validate_task(task: Task, client, images: TaskImages, run_id: str) -> TaskValidation:
+async def validate_task(
+    task: Task,
+    client,
+    images: TaskImages,
+    run_id: str,
+    network: NetworkPolicy = NetworkPolicy.none,
+) -> TaskValidation:
     report = TaskValidation(task.id, str(task.metadata.get("family", "")))
+    task = task.model_copy(update={"limits": with_network(task.limits, network)})
     start = time.monotonic()
     try:
         image = await images.ensure(task)
@@ -123,7 +130,8 @@ class Verdict:
 
 async def verdict_of(task: Task, sandbox: DockerSandbox, expected: float) -> Verdict:
     try:
-        outcome = await verify(task, sandbox)
+        async with sandbox.network_for_verifier():
+            outcome = await verify(task, sandbox)
     except VerifierError as e:  # e.g. a tool it needs is missing: its output says which
         return Verdict(None, output_tail(e.output), str(e))
     unexpected = outcome.reward != expected
@@ -138,13 +146,15 @@ async def validate_tasks(
     concurrency: int = 2,
     on_done: Callable[[TaskValidation], None] = lambda _: None,
     on_log: Callable[[str], None] = lambda _: None,
+    image_map: Mapping[str, str] | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
 ) -> list[TaskValidation]:
-    images = TaskImages(client, max_parallel_builds=concurrency, on_log=on_log)
+    images = TaskImages(client, image_map=image_map, max_parallel_builds=concurrency, on_log=on_log)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> TaskValidation:
         async with gate:
-            report = await validate_task(task, client, images, run_id)
+            report = await validate_task(task, client, images, run_id, network)
         on_done(report)
         return report
 
