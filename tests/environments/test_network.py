@@ -1,5 +1,8 @@
 """The run's network policy in real sandboxes: which phases see an interface besides `lo`."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from environments.sandbox import (
@@ -9,6 +12,10 @@ from environments.sandbox import (
     denied_internet,
     with_network,
 )
+from environments.tasks import load_task
+from environments.validate import validate_tasks
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
 
 # Interface names, ethN as eth (a second connection may come up as eth1).
 INTERFACES = (
@@ -60,3 +67,20 @@ async def test_each_phase_sees_the_network_the_policy_gives(
         assert (await sandbox.run('echo "$PWD $x"')).stdout == "/tmp kept\n"
         async with sandbox.network_for_verifier():  # a second verifier run works too
             assert (await sandbox.run(INTERFACES)).stdout == verifier
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("run", "reward"), [(NetworkPolicy.none, 0.0), (NetworkPolicy.verify, 1.0)]
+)
+async def test_validate_gives_the_verifier_the_network_of_the_run(
+    run, reward, tmp_path, docker_client, base_image, run_id
+):
+    root = Path(shutil.copytree(FIXTURES / "harbor-greeting", tmp_path / "needs-network"))
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "grep -q eth /proc/net/dev && echo 1 > /logs/verifier/reward.txt"
+        " || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    [report] = await validate_tasks([load_task(root)], docker_client, run_id, network=run)
+    assert report.noop_reward == reward
