@@ -107,7 +107,8 @@ async def run_episode(
     trajectory.agent_s = time.monotonic() - start - trajectory.sandbox_start_s
     try:
         if sandbox is not None and trajectory.error_kind is None:
-            outcome = await verify(task, sandbox)
+            async with sandbox.network_for_verifier():  # the run's --network verify
+                outcome = await verify(task, sandbox)
             trajectory.reward, trajectory.verifier_s = outcome.reward, outcome.seconds
     except ObsspecError as e:
         trajectory.error, trajectory.error_kind = str(e), "infra"
