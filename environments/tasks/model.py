@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from environments.sandbox import SandboxLimits
+from environments.tasks.solution_split import plan_solution_file
 from obsspec.config import StrictModel
 
 
@@ -30,8 +31,12 @@ class Task(StrictModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     def solution_commands(self) -> list[str]:
-        """The reference solution as commands, one per non-empty, non-comment line."""
+        """The reference solution as the commands an agent would type, cut by bash's parser
+        (or the whole script as one command where cutting is unsafe); see
+        environments/tasks/solution_split.py. Raises TaskFormatError for a solution that does
+        not parse or needs files the agent's sandbox lacks."""
         if self.solution is None:
             return []
-        lines = self.solution.read_text().splitlines()
-        return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        # Harbor uploads the whole solution/ folder, so its other files may be used; TB v1
+        # uploads solution.sh alone.
+        return plan_solution_file(self.solution, folder=self.format == "harbor").commands

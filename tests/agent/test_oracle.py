@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
+from environments.tasks import load_task
 from obsspec.agent.context import ChatContextBuilder, TokenContext
-from obsspec.agent.oracle import oracle_policy
+from obsspec.agent.oracle import oracle_policy, unplayable
 from obsspec.agent.protocol import SYSTEM_PROMPTS, ActionFormat, observation_role, parse_action
+from obsspec.errors import ConfigError
 from obsspec.inference.base import Sampling
+from obsspec.rollout.policy import oracle_problem, playable_tasks
 
+GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 COMMANDS = ["cd /srv", "name=$(cat user.txt)", 'echo "Hello, $name!" > /root/greeting.txt']
 
 
@@ -51,3 +58,44 @@ async def test_the_reply_is_a_function_of_the_context(builder):
     assert second.text == again.text
     assert parse_action(second.text, ActionFormat.markdown).command == COMMANDS[1]
     assert (await oracle.generate(prompt, Sampling())).text == first.text
+
+
+async def test_replies_are_never_cut_at_max_tokens(builder):
+    """A long solution command comes back whole (a cut one would be another command)."""
+    command = "cat > /app/solve.py <<'EOF'\n" + "print('x' * 80)\n" * 60 + "EOF"
+    oracle = oracle_policy(builder, [command], ActionFormat.markdown)
+    prompt = builder.prompt_ids(SYSTEM_PROMPTS[ActionFormat.markdown], "Task:\nwrite it")
+    reply = await oracle.generate(prompt, Sampling(max_tokens=16))
+    assert len(reply.token_ids) > 16 and reply.finish_reason == "stop"
+    assert parse_action(reply.text, ActionFormat.markdown).command == command
+
+
+def test_commands_a_format_cannot_carry_are_named():
+    fenced = "cat > README.md <<'EOF'\n```bash\nmake\n```\nEOF"
+    problem = unplayable(["ls", fenced], ActionFormat.markdown)
+    assert problem is not None and problem.startswith('command 2 ("cat > README.md')
+    assert unplayable(["ls", fenced], ActionFormat.hermes) is None
+
+
+def write_task(root: Path, solution: str) -> Path:
+    shutil.copytree(GREETING, root)
+    (root / "solution" / "solve.sh").write_text(solution)
+    return root
+
+
+def test_tasks_the_oracle_cannot_play_are_refused_up_front(tmp_path):
+    good = load_task(write_task(tmp_path / "good", "echo hi > /root/x\n"))
+    broken = load_task(write_task(tmp_path / "broken", "if true; then\n  echo\n"))
+    fenced = load_task(write_task(tmp_path / "fenced", "cat > a.md <<'EOF'\n```\nEOF\n"))
+    shutil.rmtree(write_task(tmp_path / "unsolved", "") / "solution")
+    unsolved = load_task(tmp_path / "unsolved")
+    tasks = [good, broken, unsolved, fenced]
+    playable, refused = playable_tasks(tasks, ActionFormat.markdown, strict=False)
+    assert playable == [good] and len(refused) == 3
+    assert "line 1 never ends" in refused[str(broken.path)]
+    assert "no reference solution" in refused[str(unsolved.path)]
+    assert "does not survive the markdown action format" in refused[str(fenced.path)]
+    assert str(fenced.path / "solution" / "solve.sh") in refused[str(fenced.path)]
+    with pytest.raises(ConfigError, match="the oracle cannot play task fenced"):
+        playable_tasks([fenced], ActionFormat.markdown, strict=True)
+    assert oracle_problem(fenced, ActionFormat.hermes) is None  # JSON carries any text
