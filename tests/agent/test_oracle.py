@@ -99,3 +99,55 @@ def test_tasks_the_oracle_cannot_play_are_refused_up_front(tmp_path):
     with pytest.raises(ConfigError, match="the oracle cannot play task fenced"):
         playable_tasks([fenced], ActionFormat.markdown, strict=True)
     assert oracle_problem(fenced, ActionFormat.hermes) is None  # JSON carries any text
+
+
+HEREDOC_AND_LOOP = """#!/bin/bash
+# Write a helper, then run it in a loop
+cat > /root/greet.sh <<'EOF'
+# reads the user's name (this line is kept)
+name=$(cat /srv/user.txt)
+printf 'Hello, %s!\\n' "$name"
+EOF
+
+for step in write; do
+  bash /root/greet.sh > /root/greeting.txt
+done
+"""
+STRICT = """#!/bin/bash
+set -euo pipefail
+cd /root || exit 1
+echo "Hello, $(cat /srv/user.txt)!" > greeting.txt
+"""
+
+
+@pytest.mark.docker
+async def test_oracle_collects_reward_one_on_real_style_solutions(
+    tmp_path, settings, base_image, docker_client
+):
+    from obsspec.rollout.collect import collect
+    from obsspec.rollout.config import CollectConfig
+    from tests.rollout.test_collect import load_rows
+
+    tasks = tmp_path / "tasks"
+    write_task(tasks / "heredoc-loop", HEREDOC_AND_LOOP)
+    write_task(tasks / "strict", STRICT)
+    config = CollectConfig.model_validate(
+        {
+            "tasks": str(tasks),
+            "out": tmp_path / "run",
+            "policy": "oracle",
+            "concurrency": 2,
+            "limits": {"max_tokens": 24},  # far shorter than the commands: never cut
+        }
+    )
+    summary = await collect(config, settings.paths.models_dir)
+    assert summary["episodes"] == 2 and summary["failures"] == {}
+    assert summary["mean_reward"] == 1.0
+    rows = {row["task_id"]: row for row in load_rows(config.out)}
+    commands = [t["command"] for t in rows["heredoc-loop"]["turns"] if t["action"] == "command"]
+    assert len(commands) == 2 and "# reads the user's name (this line is kept)" in commands[0]
+    assert commands[1].startswith("for step in write; do")
+    (whole,) = [t for t in rows["strict"]["turns"] if t["action"] == "command"]
+    assert whole["command"].endswith("OBSSPEC_SOLUTION\nbash /tmp/solve.sh")
+    assert len(whole["action_ids"]) > 24 and whole["exit_code"] == 0
+    assert all(len(t["action_ids"]) > 24 for t in rows["heredoc-loop"]["turns"][:2])
