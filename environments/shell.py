@@ -1,17 +1,10 @@
 """One persistent bash inside a container, driven over a single `docker exec` stream.
 
 Why not one `docker exec` per command: each costs ~50 ms, and a real terminal keeps its state
-(cwd, variables, functions, aliases) between commands. Here one bash runs a read-eval loop,
-sent once as a single line (so bash's messages always say "line 1", like `bash -c`):
-
-    while IFS= read -r -d '' in; do          one command per NUL-terminated record:
-        tok=<first line of in>                 "<random token>\n<command>\0"
-        <restore $? of the previous command>
-        eval "<rest of in>" </dev/null        runs in the shell itself: cd, variables,
-                                               functions and aliases persist; stdin is EOF
-        printf '__OBSSPEC_<tok>_RC=%d__' $?   end markers, one per stream, carrying the
-        printf '__OBSSPEC_<tok>_END__' >&2    token only this command knows
-    done; exit
+(cwd, variables, functions, aliases) between commands. What bash runs, and why each command
+gives the observation `bash -c` would, is in environments/shell_script.py; this module drives
+it: it sends a step line and the command record, then reads both streams up to the markers
+that only this command's random token can produce.
 
 The exec stream is Docker's multiplexed format (8-byte frame headers), so stdout and stderr
 arrive separately. A timed-out command's processes (every descendant of the shell) are
@@ -30,6 +23,7 @@ from dataclasses import dataclass
 
 from environments.capture import MarkedStream
 from environments.errors import SandboxError
+from environments.shell_script import INIT, bash_c_stderr, ended_exit_code, record
 from obsspec.types import ExecResult
 
 # Environment of every shell: what makes outputs depend on the command, not on the host.
@@ -44,17 +38,6 @@ SHELL_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
     "PYTHONUNBUFFERED": "1",
 }
-INIT = (
-    "set +o history; shopt -s expand_aliases; PS1=''; PS2=''; umask 022; "
-    "__obsspec_rc() { return $1; }; __obsspec_last=0; "
-    "printf '__OBSSPEC_READY_%s__' \"$$\"; "
-    "while IFS= read -r -d '' __obsspec_in; do "
-    "__obsspec_tok=${__obsspec_in%%$'\\n'*}; __obsspec_rc $__obsspec_last; "
-    "eval \"${__obsspec_in#*$'\\n'}\" </dev/null; __obsspec_last=$?; "
-    'printf "__OBSSPEC_${__obsspec_tok}_RC=%d__" $__obsspec_last; '
-    'printf "__OBSSPEC_${__obsspec_tok}_END__" >&2; '
-    "done; exit\n"
-)
 READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
 KILL_REPORT = re.compile(r"^bash: (?:line \d+: )?\s*\d+ Killed\b.*\n?", re.MULTILINE)
 STDOUT, STDERR = 1, 2
@@ -112,6 +95,9 @@ class PersistentShell:
         self._lock = asyncio.Lock()
         self._pending: dict[int, bytes] = {STDOUT: b"", STDERR: b""}
         self._header: bytes | None = None  # a frame header whose payload is not read yet
+        # What the next command inherits, kept here rather than in the shell (shell_script.py)
+        self._last_exit = 0
+        self._xtrace = False
 
     async def start(self) -> None:
         sock = await asyncio.to_thread(self._open_exec_socket)
@@ -127,6 +113,7 @@ class PersistentShell:
         if not stream.done:
             raise SandboxError(f"the shell exited at start: {stream.buffer.text()[-300:]}")
         self.pid = int(stream.match.group(1))
+        self._last_exit, self._xtrace = 0, False
         self._pending = {STDOUT: stream.leftover, STDERR: b""}
 
     def _open_exec_socket(self):
@@ -157,15 +144,16 @@ class PersistentShell:
 
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
+        xtrace_before = self._xtrace
         cap = self.settings.output_cap_bytes
         out = MarkedStream(
-            re.compile(rb"__OBSSPEC_%s_RC=(\d+)__" % token.encode()), MARKER_HOLD, cap
+            re.compile(rb"__OBSSPEC_%s_RC=(\d+)_(x?)__" % token.encode()), MARKER_HOLD, cap
         )
         err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
         for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
             stream.feed(self._pending[fd])
         start = time.monotonic()
-        self._writer.write(self._record(command, token))
+        self._writer.write(self._record(command, token, self._last_exit, self._xtrace))
         await self._writer.drain()
         timed_out = restarted = False
         try:
@@ -179,14 +167,17 @@ class PersistentShell:
         duration = time.monotonic() - start
         if out.done and err.done:
             self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
-            exit_code = None if timed_out else int(out.match.group(1))
+            self._last_exit = int(out.match.group(1))
+            self._xtrace = out.match.group(2) == b"x"
+            exit_code = None if timed_out else self._last_exit
         else:  # the shell exited (`exit`, killed) or is stuck: a new one takes over
             out.flush()
             err.flush()
             exit_code = None if timed_out else await self._shell_exit_code()
+            exit_code = ended_exit_code(exit_code, err.buffer.text())
             await self._restart()
             restarted = True
-        stderr = err.buffer.text()
+        stderr = bash_c_stderr(err.buffer.text(), xtrace=xtrace_before or self._xtrace)
         if timed_out:  # bash's own report of the kill names a PID: not the command's output
             stderr = KILL_REPORT.sub("", stderr)
         return ExecResult(
@@ -201,10 +192,10 @@ class PersistentShell:
         )
 
     @staticmethod
-    def _record(command: str, token: str) -> bytes:
+    def _record(command: str, token: str, last_exit: int, xtrace: bool) -> bytes:
         if "\0" in command:
             raise SandboxError("a shell command cannot contain a NUL byte")
-        return f"{token}\n{command}\0".encode()
+        return record(command, token, last_exit, xtrace).encode()
 
     async def _read_until(self, out: MarkedStream, err: MarkedStream | None) -> None:
         """Read frames until every given stream saw its marker, or the exec stream ends."""

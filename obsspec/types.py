@@ -52,11 +52,17 @@ def truncate_middle(text: str, max_chars: int) -> str:
     return text[:head] + TRUNCATION_MARKER + text[-tail:]
 
 
+SHELL_ENDED = "; the shell ended and a new one was started"
+
+
 def status_line(result: ExecResult) -> str:
+    """The last line of an observation. A restarted shell is named: the agent's cwd,
+    variables and functions are gone, and the next observation depends on it."""
+    ended = SHELL_ENDED if result.shell_restarted else ""
     if result.timed_out:
         limit = f" after {result.timeout_s:g} s" if result.timeout_s is not None else ""
-        return f"[command timed out{limit} and was killed]"
-    return f"[exit code: {result.exit_code}]"
+        return f"[command timed out{limit} and was killed{ended}]"
+    return f"[exit code: {result.exit_code}{ended}]"
 
 
 def render_observation(result: ExecResult, max_chars: int = DEFAULT_MAX_CHARS) -> str:

@@ -142,3 +142,19 @@ async def test_limits_and_labels_are_applied(sandbox, run_id):
     assert "no-new-privileges" in attrs["SecurityOpt"] and attrs["NetworkMode"] == "none"
     assert sandbox.container.labels[LABEL_RUN] == run_id
     assert (await sandbox.run("hostname; date +%Z; umask")).stdout == "sandbox\nUTC\n0022\n"
+
+
+async def test_quotes_tabs_and_non_ascii_reach_bash_unchanged(sandbox):
+    command = "printf '<%s>\\n' 'it'\\''s' \"$(printf 'a\\tb')\" 'é ü' \"back\\\\slash\""
+    result = await sandbox.run(command)
+    assert result.stdout == "<it's>\n<a\tb>\n<é ü>\n<back\\slash>\n"
+
+
+async def test_top_level_continue_and_syntax_errors_read_as_bash_c(sandbox):
+    await sandbox.run("cd /tmp; v=kept")
+    result = await sandbox.run("continue; echo after")
+    assert result.stdout == "after\n" and result.exit_code == 0
+    assert "continue: only meaningful in a `for', `while', or `until' loop" in result.stderr
+    broken = await sandbox.run("echo a\nif then")
+    assert broken.stderr.startswith("bash: -c: line 2: syntax error near unexpected token")
+    assert (await sandbox.run("pwd; echo $v")).stdout == "/tmp\nkept\n"  # nothing lost
