@@ -72,12 +72,14 @@ def handler(command: str, token: str, last_exit: int, xtrace: bool) -> str:
         setup, text, after = "__obsspec_s=u; ", XTRACE_PREFIX + command, "@(*x*|*u)"
     else:
         setup, text, after = "", command, "*x*"
+    restore = f"(exit {int(last_exit)}) && :; " if last_exit else ""  # a fork: only if needed
     return (
-        f"builtin trap - {SIGNAL}; {setup}(exit {int(last_exit)}) && :; "
+        f"builtin trap - {SIGNAL}; {setup}{restore}"
         f"builtin eval {ansi_c_quote(text)} </dev/null; "
         "{ __obsspec_s=$?:$-:${__obsspec_s+u}; builtin set +x; } 2>/dev/null; "
-        f'builtin printf "__OBSSPEC_{token}_RC=%d_%s__" "${{__obsspec_s%%:*}}" '
-        f'"$([[ ${{__obsspec_s#*:}} == {after} ]] && builtin echo x)"; '
+        f"if [[ ${{__obsspec_s#*:}} == {after} ]]; then __obsspec_s=${{__obsspec_s%%:*}}_x; "
+        "else __obsspec_s=${__obsspec_s%%:*}_; fi; "
+        f'builtin printf "__OBSSPEC_{token}_RC=%s__" "$__obsspec_s"; '
         f'builtin printf "__OBSSPEC_{token}_END__" >&2; builtin unset -v __obsspec_s'
     )
 
