@@ -52,6 +52,8 @@ def event_line(event: Event, stats: CollectStats) -> str | None:
             )
         case AttemptFailed():
             then = "gave up (a rerun retries it)" if event.final else "retrying"
+            if not event.retryable:
+                then = "not retried: the task is broken"
             return (
                 f"{event.task_id} #{event.episode_index}: attempt {event.attempt} failed, "
                 f"{event.error_type}: {event.error} ({then})"

@@ -77,8 +77,14 @@ class Trajectory:
     finish_reason: FinishReason = "max_turns"
     declared_done: bool = False
     reward: float | None = None  # None when the verifier did not run (infrastructure error)
+    # Every key the verifier wrote; `reward` is the scalar made of them
+    # (environments.tasks.rewards). Empty when the verifier gave no reward.
+    rewards: dict[str, float] = field(default_factory=dict)
+    verifier_output: str = ""  # the tail of the verifier's stdout and stderr
     error: str | None = None
-    error_kind: Literal["infra", "model"] | None = None  # infra errors are masked in training
+    # infra: retried, and masked in training; task: the task is broken (e.g. its verifier
+    # wrote no usable reward), not retried, not data; model: an outcome of the policy.
+    error_kind: Literal["infra", "task", "model"] | None = None
     error_type: str | None = None  # the error's class name, e.g. SandboxError
     sandbox_start_s: float = 0.0
     agent_s: float = 0.0  # the multi-turn interaction, sandbox start excluded

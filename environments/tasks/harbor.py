@@ -1,32 +1,87 @@
 """Harbor task directories (Terminal-Bench 2.0, Endless Terminals, our generated suite).
 
 <task>/
-    instruction.md           the instruction
-    task.toml                [agent] timeout_sec, [verifier] timeout_sec,
-                             [environment] docker_image | build_timeout_sec, cpus,
-                             memory_mb, allow_internet, env; [metadata] anything
+    instruction.md           the instruction (UTF-8)
+    task.toml                see below
     environment/Dockerfile   unless [environment] docker_image names a prebuilt image
     tests/test.sh            the verifier; writes /logs/verifier/reward.json or reward.txt
     solution/solve.sh        optional reference solution
+
+task.toml, as Harbor's current TaskConfig has it (obsspec's additions marked +):
+
+    version = "1.0"                     (or schema_version)
+    [metadata]                          anything; `name` renames the task
+    [agent]       timeout_sec
+    [verifier]    timeout_sec, env (for test.sh),
+                  + reward_key = "correctness" | + reward_aggregate = "min"|"mean"|"product"
+                  (environments.tasks.rewards: how several reward keys make one reward)
+    [solution]    env (for solve.sh)
+    [environment] docker_image, build_timeout_sec, cpus, memory = "4G" (or memory_mb),
+                  storage = "10G" (or storage_mb; recorded, not enforced), allow_internet, env
+
+Keys obsspec does not know are a warning naming the file and the key (Task.format_warnings),
+never silently dropped and never an error: Harbor grows new ones. Harbor keys that change
+how a task runs but obsspec does not support (a user, GPUs, health checks, network
+allow-lists, MCP servers, steps) are warned about the same way when they are set.
 """
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from environments.build import tree_hash
 from environments.errors import TaskFormatError
 from environments.sandbox import SandboxLimits
 from environments.tasks.model import Task
-from obsspec.config import read_toml
-from obsspec.errors import ConfigError
+from environments.tasks.rewards import RewardAggregate
+from environments.tasks.text import read_task_text
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?\s*\Z", re.IGNORECASE)
+MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+# Harbor keys read past without a word (informational), and those warned about when set
+# (they would change how the task runs, and obsspec does not do them). "" is the top level.
+QUIET = {"": {"schema_version", "task", "source"}, "environment": {"skills_dir"}}
+UNSUPPORTED = {
+    "": {"steps", "multi_step_reward_mode"},
+    "agent": {"user", "network_mode", "allowed_hosts"},
+    "verifier": {"user", "network_mode", "allowed_hosts"},
+    "environment": {
+        "gpus",
+        "gpu_types",
+        "network_mode",
+        "allowed_hosts",
+        "mcp_servers",
+        "healthcheck",
+    },
+}
+
+
+def size_mb(value: Any) -> Any:
+    """A size such as "4G", "512M", "1.5g" or "2GiB" in MiB (Harbor's units are binary)."""
+    if not isinstance(value, str):
+        return value  # a number, or a type error pydantic reports
+    match = SIZE.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a size; write e.g. '4G' or '512M'")
+    return int(float(match[1]) * MIB_PER_UNIT[match[2].upper()])
+
+
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+    return env
 
 
 class _Section(BaseModel):
-    # Unknown keys are allowed: Harbor grows new ones; known keys are type-checked.
+    # Unknown keys are kept (model_extra) so that they can be named in a warning.
     model_config = ConfigDict(extra="allow")
 
 
@@ -36,30 +91,70 @@ class AgentSection(_Section):
 
 class VerifierSection(_Section):
     timeout_sec: float = Field(default=180, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    reward_key: str | None = Field(default=None, min_length=1)
+    reward_aggregate: RewardAggregate | None = None
+
+    _names = field_validator("env")(check_env_names)
+
+    @model_validator(mode="after")
+    def one_reward_rule(self) -> VerifierSection:
+        if self.reward_key is not None and self.reward_aggregate is not None:
+            raise ValueError("set reward_key or reward_aggregate, not both")
+        return self
+
+
+class SolutionSection(_Section):
+    env: dict[str, str] = Field(default_factory=dict)
+
+    _names = field_validator("env")(check_env_names)
 
 
 class EnvironmentSection(_Section):
     docker_image: str | None = None
     build_timeout_sec: float = Field(default=600, gt=0)
     cpus: float = Field(default=1, gt=0)
+    memory: int | None = Field(default=None, ge=64, description='"4G"; wins over memory_mb.')
     memory_mb: int = Field(default=2048, ge=64)
+    storage: int | None = Field(default=None, gt=0, description='"10G"; wins over storage_mb.')
+    storage_mb: int | None = Field(default=None, gt=0)
     allow_internet: bool = False
     env: dict[str, str] = Field(default_factory=dict)
 
+    _sizes = field_validator("memory", "storage", mode="before")(size_mb)
+    _names = field_validator("env")(check_env_names)
+
 
 class TaskToml(_Section):
-    version: str | None = None
+    version: str | float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
+    solution: SolutionSection = Field(default_factory=SolutionSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+
+    def ignored_keys(self, path: Path) -> list[str]:
+        """One warning per unknown or unsupported key, naming the file and the key."""
+        sections: dict[str, _Section] = {"": self, "agent": self.agent}
+        sections |= {"verifier": self.verifier, "solution": self.solution}
+        sections["environment"] = self.environment
+        found = []
+        for name, section in sections.items():
+            for key, value in (section.model_extra or {}).items():
+                dotted = f"{name}.{key}" if name else key
+                if key in UNSUPPORTED.get(name, ()):
+                    if value:
+                        found.append(f"{path}: '{dotted}' is not supported by obsspec (ignored)")
+                elif key not in QUIET.get(name, ()):
+                    found.append(f"{path}: unknown key '{dotted}' (ignored)")
+        return found
 
 
 def parse_task_toml(path: Path) -> TaskToml:
     try:
-        data = read_toml(path)
-    except ConfigError as e:
-        raise TaskFormatError(path, str(e).split(": ", 1)[-1]) from e
+        data = tomllib.loads(read_task_text(path))
+    except tomllib.TOMLDecodeError as e:
+        raise TaskFormatError(path, f"not valid TOML: {e}") from e
     try:
         return TaskToml.model_validate(data)
     except ValidationError as e:
@@ -73,6 +168,7 @@ def load_harbor(root: Path) -> Task:
     instruction_file = root / "instruction.md"
     if not instruction_file.is_file():
         raise TaskFormatError(instruction_file, "missing (the task's instruction)")
+    instruction = read_task_text(instruction_file)
     env = config.environment
     context = root / "environment"
     if env.docker_image is None and not (context / "Dockerfile").is_file():
@@ -88,11 +184,14 @@ def load_harbor(root: Path) -> Task:
         path=root,
         format="harbor",
         content_hash=tree_hash(root),
-        instruction=instruction_file.read_text(),
+        instruction=instruction,
         image=env.docker_image,
         build_context=None if env.docker_image else context,
         limits=SandboxLimits(
-            cpus=env.cpus, memory_mb=env.memory_mb, allow_internet=env.allow_internet, env=env.env
+            cpus=env.cpus,
+            memory_mb=env.memory or env.memory_mb,
+            allow_internet=env.allow_internet,
+            env=env.env,
         ),
         agent_timeout_s=config.agent.timeout_sec,
         verifier_timeout_s=config.verifier.timeout_sec,
@@ -100,5 +199,11 @@ def load_harbor(root: Path) -> Task:
         tests_dir=root / "tests",
         verifier_script=test_sh,
         solution=solution if solution.is_file() else None,
+        solution_env=config.solution.env,
+        verifier_env=config.verifier.env,
+        reward_key=config.verifier.reward_key,
+        reward_aggregate=config.verifier.reward_aggregate or "min",
+        storage_mb=env.storage or env.storage_mb,
+        format_warnings=config.ignored_keys(root / "task.toml"),
         metadata=config.metadata,
     )

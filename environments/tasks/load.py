@@ -1,14 +1,24 @@
-"""Loading tasks from a directory, a directory of directories, or a glob."""
+"""Loading tasks from a directory, a directory of directories, or a glob.
+
+A task that does not load (a missing file, a bad field, a file that is not UTF-8) is a
+TaskFormatError naming the file. `load_tasks_report` keeps going past broken tasks and returns
+them with their errors, so that a run can skip and report them while the others run;
+`load_tasks` stops at the first. What a loader ignored (unknown keys) is logged as a warning
+once per load and kept on the task (Task.format_warnings).
+"""
 
 from __future__ import annotations
 
 import glob
+import logging
 from pathlib import Path
 
 from environments.errors import TaskFormatError
 from environments.tasks.harbor import load_harbor
 from environments.tasks.model import Task
 from environments.tasks.tbv1 import load_tbv1
+
+log = logging.getLogger(__name__)
 
 
 def is_task_dir(path: Path) -> bool:
@@ -18,10 +28,14 @@ def is_task_dir(path: Path) -> bool:
 def load_task(path: Path) -> Task:
     """One task directory, Harbor (task.toml) or Terminal-Bench v1 (task.yaml)."""
     if (path / "task.toml").is_file():
-        return load_harbor(path)
-    if (path / "task.yaml").is_file():
-        return load_tbv1(path)
-    raise TaskFormatError(path, "not a task directory (no task.toml or task.yaml)")
+        task = load_harbor(path)
+    elif (path / "task.yaml").is_file():
+        task = load_tbv1(path)
+    else:
+        raise TaskFormatError(path, "not a task directory (no task.toml or task.yaml)")
+    for warning in task.format_warnings:
+        log.warning("%s", warning)
+    return task
 
 
 def task_dirs(spec: str) -> list[Path]:
@@ -39,4 +53,18 @@ def task_dirs(spec: str) -> list[Path]:
 
 
 def load_tasks(spec: str) -> list[Task]:
+    """Every task under spec; the first broken one is raised."""
     return [load_task(path) for path in task_dirs(spec)]
+
+
+def load_tasks_report(spec: str) -> tuple[list[Task], list[tuple[Path, TaskFormatError]]]:
+    """The tasks under spec that load, and (task directory, error) of those that do not.
+    No task directory at all is still an error."""
+    tasks: list[Task] = []
+    broken: list[tuple[Path, TaskFormatError]] = []
+    for path in task_dirs(spec):
+        try:
+            tasks.append(load_task(path))
+        except TaskFormatError as e:
+            broken.append((path, e))
+    return tasks, broken

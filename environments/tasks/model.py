@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from environments.sandbox import SandboxLimits
+from environments.tasks.rewards import RewardAggregate
 from environments.tasks.solution_split import plan_solution_file
 from obsspec.config import StrictModel
 
@@ -28,6 +29,25 @@ class Task(StrictModel):
     tests_dir: Path = Field(description="Copied to /tests only after the agent phase.")
     verifier_script: Path = Field(description="Harbor tests/test.sh, or TB v1 run-tests.sh.")
     solution: Path | None = Field(default=None, description="Reference solution script.")
+    solution_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the reference solution (Harbor)."
+    )
+    verifier_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the verifier script (Harbor)."
+    )
+    reward_key: str | None = Field(
+        default=None, description="The reward file's key that is the scalar reward."
+    )
+    reward_aggregate: RewardAggregate = Field(
+        default="min", description="How several reward keys make the scalar reward."
+    )
+    storage_mb: int | None = Field(
+        default=None, description="Disk the task asks for (Harbor); recorded, not enforced."
+    )
+    format_warnings: list[str] = Field(
+        default_factory=list,
+        description="What the loader ignored in the task's files (e.g. unknown keys).",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     def solution_commands(self) -> list[str]:

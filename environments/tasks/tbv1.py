@@ -1,7 +1,8 @@
 """Terminal-Bench v1 task directories.
 
     <task>/
-        task.yaml            instruction, max_agent_timeout_sec, max_test_timeout_sec, ...
+        task.yaml            instruction, max_agent_timeout_sec, max_test_timeout_sec, and
+                             Terminal-Bench's descriptive keys (KNOWN_KEYS); others warn
         Dockerfile           built with the task directory as context
         docker-compose.yaml  (read for nothing: one container per task here)
         run-tests.sh         the verifier: runs pytest over $TEST_DIR (= /tests)
@@ -13,13 +14,37 @@ Reward: 1 if and only if every pytest test passed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from environments.build import tree_hash
 from environments.errors import TaskFormatError
 from environments.tasks.model import Task
+from environments.tasks.text import read_task_text
+
+# Terminal-Bench 1's task.yaml keys (its TaskConfig, old and new): read past silently; the
+# descriptive ones end up in Task.metadata. Any other key is a warning naming it.
+KNOWN_KEYS = {
+    "instruction",
+    "descriptions",
+    "author_name",
+    "author_email",
+    "difficulty",
+    "category",
+    "tags",
+    "parser_name",
+    "max_agent_timeout_sec",
+    "max_test_timeout_sec",
+    "run_tests_in_same_shell",
+    "disable_asciinema",
+    "estimated_duration_sec",
+    "expert_time_estimate_min",
+    "junior_time_estimate_min",
+    "test_scripts",
+    "env_name",
+}
 
 
 class TaskYaml(BaseModel):
@@ -28,10 +53,20 @@ class TaskYaml(BaseModel):
     max_agent_timeout_sec: float = Field(default=900, gt=0)
     max_test_timeout_sec: float = Field(default=180, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def base_description(cls, data: Any) -> Any:
+        """Early Terminal-Bench tasks give `descriptions: [{key: base, description: ...}]`."""
+        if isinstance(data, dict) and "instruction" not in data:
+            for entry in data.get("descriptions") or []:
+                if isinstance(entry, dict) and entry.get("key") == "base":
+                    return {**data, "instruction": entry.get("description")}
+        return data
+
 
 def parse_task_yaml(path: Path) -> TaskYaml:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_task_text(path))
     except yaml.YAMLError as e:
         raise TaskFormatError(path, f"not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -63,5 +98,10 @@ def load_tbv1(root: Path) -> Task:
         tests_dir=root / "tests",
         verifier_script=root / "run-tests.sh",
         solution=solution if solution.is_file() else None,
+        format_warnings=[
+            f"{root / 'task.yaml'}: unknown key '{key}' (ignored)"
+            for key in config.model_extra or {}
+            if key not in KNOWN_KEYS
+        ],
         metadata=config.model_extra or {},
     )

@@ -1,16 +1,20 @@
 """Verifiers: run after the agent phase only, in the agent's sandbox, on a fresh shell.
 
-Harbor: tests/ is copied to /tests, `bash /tests/test.sh` runs under the verifier timeout,
-and the reward is read from /logs/verifier/reward.json (key "reward") or else
-/logs/verifier/reward.txt (one number). /logs/verifier is emptied first, so that nothing the
-agent wrote there counts. No reward file is a VerifierError, never a zero.
+Harbor: tests/ is copied to /tests, `bash /tests/test.sh` runs under the verifier timeout with
+the task's `[verifier] env`, and the rewards are read from /logs/verifier/reward.json (one or
+more numeric keys) or else /logs/verifier/reward.txt (one number); environments.tasks.rewards
+says how they become the one scalar reward. /logs/verifier is emptied first, so that nothing
+the agent wrote there counts. No reward file is a VerifierError, never a zero.
 TB v1: tests/ is copied to /tests and run-tests.sh runs (TEST_DIR=/tests); the reward is 1 if
-and only if pytest ran tests and none failed.
+and only if pytest ran tests and none failed ({"reward": 0 or 1}).
+
+The verifier's stdout and stderr (interleaved, as a terminal shows them) are kept, cut to
+their last OUTPUT_CHARS characters: on the result, and on a VerifierError as `output`, so that
+a verifier that could not run (a missing tool, no network) is told apart from a wrong answer.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -19,40 +23,66 @@ from environments.errors import VerifierError
 from environments.sandbox import DockerSandbox
 from environments.shell import PersistentShell
 from environments.tasks.model import Task
+from environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
 from obsspec.types import ExecResult
 
 REWARD_DIR = "/logs/verifier"
 TBV1_RUNNER_DIR = "/obsspec-verifier"
+OUTPUT_CHARS = 4000
 
 
 @dataclass(frozen=True)
 class VerifierResult:
-    reward: float
+    reward: float  # the scalar reward (environments.tasks.rewards)
+    rewards: dict[str, float]  # every key the verifier wrote (reward.txt: {"reward": x})
     seconds: float
-    output: str  # the verifier's stdout and stderr, for debugging tasks
+    output: str  # the tail of the verifier's stdout and stderr (output_tail)
 
 
 async def verify(task: Task, sandbox: DockerSandbox) -> VerifierResult:
     await sandbox.upload(task.tests_dir, "/")  # -> /tests
     if task.format == "harbor":
-        result = await run_fresh(
-            sandbox,
-            f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR} && bash /tests/test.sh",
-            task.verifier_timeout_s,
+        command = (
+            f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR} && "
+            f"{env_prefix(task.verifier_env)}bash /tests/test.sh 2>&1"
         )
-        reward = await read_reward(sandbox, task)
     else:
         await sandbox.upload(task.verifier_script, TBV1_RUNNER_DIR)
         script = f"{TBV1_RUNNER_DIR}/{task.verifier_script.name}"
-        result = await run_fresh(
-            sandbox, f"TEST_DIR=/tests bash {shlex.quote(script)}", task.verifier_timeout_s
+        command = f"TEST_DIR=/tests bash {shlex.quote(script)} 2>&1"
+    result = await run_fresh(sandbox, command, task.verifier_timeout_s)
+    output = output_tail(result.stdout + result.stderr)
+    try:
+        if result.timed_out:
+            raise VerifierError(
+                f"task {task.id}: the verifier timed out after {task.verifier_timeout_s:g} s"
+            )
+        if task.format == "harbor":
+            rewards = await read_rewards(sandbox, task)
+        else:
+            rewards = {"reward": pytest_reward(result)}
+        reward = scalar_reward(
+            rewards,
+            key=task.reward_key,
+            aggregate=task.reward_aggregate,
+            where=f"task {task.id}: the verifier's rewards",
         )
-        reward = pytest_reward(result)
-    if result.timed_out:
-        raise VerifierError(
-            f"task {task.id}: the verifier timed out after {task.verifier_timeout_s:g} s"
-        )
-    return VerifierResult(reward, result.duration_s, result.stdout + result.stderr)
+    except VerifierError as e:
+        e.output = output  # what the verifier printed says why it gave no reward
+        raise
+    return VerifierResult(reward, rewards, result.duration_s, output)
+
+
+def env_prefix(env: dict[str, str]) -> str:
+    """`NAME='value' ` assignments that put env into one command's environment only."""
+    return "".join(f"{name}={shlex.quote(value)} " for name, value in env.items())
+
+
+def output_tail(text: str, limit: int = OUTPUT_CHARS) -> str:
+    """The last `limit` characters of text, after a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} earlier characters cut ...]\n" + text[-limit:]
 
 
 async def run_fresh(sandbox: DockerSandbox, command: str, timeout_s: float) -> ExecResult:
@@ -65,27 +95,17 @@ async def run_fresh(sandbox: DockerSandbox, command: str, timeout_s: float) -> E
         await shell.close()
 
 
-async def read_reward(sandbox: DockerSandbox, task: Task) -> float:
+async def read_rewards(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
     raw = await sandbox.read_file(f"{REWARD_DIR}/reward.json")
     if raw is not None:
-        try:
-            return float(json.loads(raw)["reward"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise VerifierError(
-                f"task {task.id}: {REWARD_DIR}/reward.json has no numeric 'reward': {raw[:100]!r}"
-            ) from e
+        return parse_reward_json(raw, f"task {task.id}: {REWARD_DIR}/reward.json")
     raw = await sandbox.read_file(f"{REWARD_DIR}/reward.txt")
     if raw is None:
         raise VerifierError(
             f"task {task.id}: the verifier wrote no reward file "
             f"({REWARD_DIR}/reward.json or reward.txt)"
         )
-    try:
-        return float(raw.decode().strip())
-    except ValueError as e:
-        raise VerifierError(
-            f"task {task.id}: {REWARD_DIR}/reward.txt is not a number: {raw[:100]!r}"
-        ) from e
+    return parse_reward_txt(raw, f"task {task.id}: {REWARD_DIR}/reward.txt")
 
 
 SUMMARY = re.compile(r"=+ (.*\b(?:passed|failed|error|errors|no tests ran)\b.*) in [\d.]+s")

@@ -9,8 +9,9 @@ This is the baseline that speculation must beat and reproduce exactly. It reads 
     verify (unless the infrastructure failed), release the sandbox
 
 Episode-ending events are exceptions caught in one place. Infrastructure failures (sandbox,
-engine) end the episode with error_kind "infra" (retryable, masked from training); running
-out of turns, time or context are outcomes of the policy and stay data.
+engine) end the episode with error_kind "infra" (retryable, masked from training); a verifier
+that gives no usable reward ends it with error_kind "task" (the task is broken: not retried,
+not data); running out of turns, time or context are outcomes of the policy and stay data.
 
 The turn loop is a parameter: the speculative runner (obsspec.speculation) passes its own,
 which builds turns with the same helpers below, so both produce the same trajectories.
@@ -109,10 +110,14 @@ async def run_episode(
         if sandbox is not None and trajectory.error_kind is None:
             async with sandbox.network_for_verifier():  # the run's --network verify
                 outcome = await verify(task, sandbox)
-            trajectory.reward, trajectory.verifier_s = outcome.reward, outcome.seconds
+            trajectory.reward, trajectory.rewards = outcome.reward, outcome.rewards
+            trajectory.verifier_s, trajectory.verifier_output = outcome.seconds, outcome.output
     except ObsspecError as e:
-        trajectory.error, trajectory.error_kind = str(e), "infra"
+        # A verifier that cannot give a reward (not retryable) is the task's fault: retrying
+        # the episode cannot help. The sandbox failing under it can.
+        trajectory.error, trajectory.error_kind = str(e), "infra" if e.retryable else "task"
         trajectory.error_type = type(e).__name__
+        trajectory.verifier_output = getattr(e, "output", "")
     finally:
         if sandbox is not None:
             await pool.release(sandbox)

@@ -7,7 +7,9 @@ A shard is written to a hidden temporary file, flushed to disk, then renamed int
 reader (or a resumed run) never sees half a shard; the glob `data/*.parquet` matches finished
 shards only. Every shard has the same explicit schema (SCHEMA), so plain
 `datasets.load_dataset("parquet", data_files="RUN_DIR/data/*.parquet")` loads a run with no
-obsspec code. The schema is documented in README.md ("Dataset schema").
+obsspec code. The schema is documented in README.md ("Dataset schema"). Columns are only ever
+added (e.g. `rewards` and `verifier_output`); readers use row.get for the newer ones, so that
+shards written before them still read.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ TURN = pa.struct(
         ("speculation", SPECULATION),
     ]
 )
+# The verifier's rewards as a list of {key, value} (a map type, which `datasets` cannot load):
+# {r["key"]: r["value"] for r in row["rewards"]} is the dict the verifier wrote.
+REWARDS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.float64())]))
 SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -86,6 +91,8 @@ SCHEMA = pa.schema(
         ("num_turns", pa.int32()),
         ("reward", pa.float64()),
         ("success", pa.bool_()),
+        ("rewards", REWARDS),
+        ("verifier_output", pa.string()),
         ("finish_reason", pa.string()),
         ("declared_done", pa.bool_()),
         ("error", pa.string()),
@@ -123,6 +130,8 @@ def trajectory_row(
         "num_turns": len(t["turns"]),
         "reward": t["reward"],
         "success": t["reward"] == 1.0,
+        "rewards": [{"key": k, "value": v} for k, v in t["rewards"].items()],
+        "verifier_output": t["verifier_output"],
         "finish_reason": t["finish_reason"],
         "declared_done": t["declared_done"],
         "error": t["error"],

@@ -45,7 +45,8 @@ class EpisodeDone:
 
 @dataclass(frozen=True)
 class AttemptFailed:
-    """The infrastructure failed one attempt of an episode (it is retried up to a limit)."""
+    """The infrastructure failed one attempt of an episode (it is retried up to a limit), or
+    the task is broken (retryable False, e.g. a VerifierError: final at once)."""
 
     worker: int
     task_id: str
@@ -54,6 +55,7 @@ class AttemptFailed:
     error_type: str
     error: str
     final: bool  # no attempts left: the episode is not in the dataset; a rerun retries it
+    retryable: bool = True
 
 
 @dataclass(frozen=True)

@@ -221,9 +221,7 @@ async def run_item(
         retryable = trajectory.error_kind == "infra"
         lost = final and retryable
         emit(
-            AttemptFailed(
-                job.worker, task.id, index, attempt, error_type, error, final, retryable
-            )
+            AttemptFailed(job.worker, task.id, index, attempt, error_type, error, final, retryable)
         )
 
     played = await play_with_retries(task, item, runner, pools, config, failed)

@@ -92,3 +92,35 @@ def test_time_due_flush_writes_a_partial_shard(tmp_path):
     writer.add(row())
     writer.flush_if_due()
     assert len(writer.shards) == 1
+
+
+def test_every_reward_key_and_the_verifier_output_are_stored(tmp_path):
+    rich = trajectory(reward=0.5)
+    rich.rewards = {"correctness": 1.0, "performance": 0.5}
+    rich.verifier_output = "[... 10 earlier characters cut ...]\n2 passed"
+    writer = ShardWriter(tmp_path, "s", shard_episodes=2)
+    writer.add(trajectory_row(rich, run_id="r", episode_index=0, policy="p", attempts=1))
+    writer.add(row("t2", 0, reward=None))  # the verifier did not run: no keys, no output
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "*.parquet"), split="train")
+    stored = {r["key"]: r["value"] for r in ds[0]["rewards"]}
+    assert stored == {"correctness": 1.0, "performance": 0.5} and ds[0]["reward"] == 0.5
+    assert ds[0]["verifier_output"].endswith("2 passed")
+    assert ds[1]["rewards"] == [] and ds[1]["verifier_output"] == ""
+
+
+def test_shards_written_before_the_reward_columns_still_read(tmp_path):
+    import pyarrow as pa
+
+    from obsspec.runs import read_rows
+
+    old_schema = pa.schema([f for f in SCHEMA if f.name not in ("rewards", "verifier_output")])
+    old = {k: v for k, v in row("old", 0).items() if k in old_schema.names}
+    (tmp_path / "data").mkdir()
+    old_shard = tmp_path / "data" / "shard-old-00000.parquet"
+    pq.write_table(pa.Table.from_pylist([old], schema=old_schema), old_shard)
+    ShardWriter(tmp_path / "data", "shard-new", shard_episodes=1).add(row("new", 0))
+    assert completed_episodes(tmp_path / "data") == {("old", 0): "h" * 64, ("new", 0): "h" * 64}
+    rows = {r["task_id"]: r for r in read_rows(tmp_path)}
+    assert "rewards" not in rows["old"] and rows["new"]["rewards"] == []
+    old_only = str(tmp_path / "data" / "shard-old-*.parquet")
+    assert datasets.load_dataset("parquet", data_files=old_only, split="train")[0]["reward"] == 1.0

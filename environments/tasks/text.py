@@ -1,0 +1,24 @@
+"""Reading a task's text files: UTF-8 or a TaskFormatError naming the file.
+
+A file that is not UTF-8 (say, an instruction.md saved as Latin-1) breaks that one task, with
+the byte offset, instead of escaping as a UnicodeDecodeError that would end a whole run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from environments.errors import TaskFormatError
+
+
+def read_task_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TaskFormatError(path, f"cannot be read: {e.strerror}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TaskFormatError(
+            path, f"is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
+        ) from None
