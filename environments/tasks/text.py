@@ -20,5 +20,5 @@ def read_task_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise TaskFormatError(
-            path, f"is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
+            path, f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
         ) from None

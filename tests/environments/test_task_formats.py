@@ -148,7 +148,7 @@ def test_a_file_that_is_not_utf8_is_a_task_format_error_naming_it(request, fixtu
     root = request.getfixturevalue(fixture)
     path = root / name
     path.write_bytes(path.read_bytes() + "caf\xe9 cr\xe8me\n".encode("latin-1"))
-    with pytest.raises(TaskFormatError, match="is not UTF-8") as info:
+    with pytest.raises(TaskFormatError, match="not UTF-8 text") as info:
         load_task(root)
     assert str(path) in str(info.value) and "0xe9" in str(info.value)
 
