@@ -22,8 +22,8 @@ from cli.common import (
     emit_json,
     err,
     global_config,
-    image_map_overrides,
     out,
+    task_access_flags,
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.speculation_options import (
@@ -164,9 +164,7 @@ def collect(
         "workers": workers,
         "ray_address": ray_address,
         "limits": drop_unset(limits),
-        "network": network,
-        # the environment's and the flags' map entries win over [collect] images
-        "images": drop_unset({"map": image_map_overrides(image_map)}),
+        **task_access_flags(image_map, network),
         "engine": {"server": server} if server else {},
         "speculation": drop_unset(
             {

@@ -86,6 +86,15 @@ def global_config(
     return load_global_config(config_file, overrides)
 
 
+def task_access_flags(image_map: list[str] | None, network: NetworkPolicy | None) -> dict:
+    """The pipeline-config flags of --image-map (with OBSSPEC_IMAGE_MAP: they win over the
+    pipeline's own `images` table) and --network, where set."""
+    flags: dict[str, Any] = {"network": network}
+    if mapped := image_map_overrides(image_map):
+        flags["images"] = {"map": mapped}
+    return flags
+
+
 def image_map_overrides(entries: list[str] | None) -> dict[str, str]:
     """OBSSPEC_IMAGE_MAP's entries, then --image-map's (a source named twice: the flag wins);
     a malformed entry is a ConfigError naming the variable or the flag."""

@@ -12,12 +12,15 @@ from cli.collect import stop_on_sigterm
 from cli.common import (
     CacheDirOption,
     ConfigOption,
+    ImageMapOption,
     JsonOption,
+    NetworkOption,
     drop_unset,
     emit_json,
     err,
     global_config,
     out,
+    task_access_flags,
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.profile_simulate import simulate
@@ -64,6 +67,8 @@ def profile(
     depth: DepthOption = None,
     breadth: BreadthOption = None,
     gate: GateOption = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -85,7 +90,7 @@ def profile(
     from obsspec.profile.config import load_profile_config
     from obsspec.profile.run import profile as run_profile
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     speculation = speculation_flags(depth, breadth, gate)
     flags: dict[str, Any] = drop_unset(
         {
@@ -97,12 +102,15 @@ def profile(
             "out": out_dir,
             "overwrite": overwrite or None,
             "speculation": speculation,
+            **task_access_flags(image_map, network),
             "limits": drop_unset(
                 {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
             ),
         }
     )
-    profile_config = load_profile_config(config, flags, default_policy=settings.default_model)
+    profile_config = load_profile_config(
+        config, flags, default_policy=settings.default_model, images=settings.images
+    )
     try:
         report = asyncio.run(
             stop_on_sigterm(run_profile(profile_config, settings.paths.models_dir, printer(err)))

@@ -13,12 +13,15 @@ from cli.collect import stop_on_sigterm
 from cli.common import (
     CacheDirOption,
     ConfigOption,
+    ImageMapOption,
     JsonOption,
+    NetworkOption,
     drop_unset,
     emit_json,
     err,
     global_config,
     out,
+    task_access_flags,
 )
 from cli.rl_view import RLView, plain_line, steps_table
 
@@ -123,6 +126,8 @@ def rl(
             rich_help_panel=SCALE,
         ),
     ] = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -139,7 +144,7 @@ def rl(
     from obsspec.rl.config import load_rl_config
     from obsspec.rl.driver import run_rl
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     flags: dict[str, Any] = {
         "tasks": tasks,
         "out": out_dir,
@@ -155,8 +160,11 @@ def rl(
         "grpo": drop_unset({"group_size": group_size, "tasks_per_step": tasks_per_step, "lr": lr}),
         "cotrain": {"enabled": False} if no_cotrain else {},
         "placement": drop_unset({"rollout_workers": workers, "ray_address": ray_address}),
+        **task_access_flags(image_map, network),
     }
-    rl_config = load_rl_config(config, drop_unset(flags), default_policy=settings.default_model)
+    rl_config = load_rl_config(
+        config, drop_unset(flags), default_policy=settings.default_model, images=settings.images
+    )
     view = RLView()
     live = not json_output and err.is_terminal
     plain = plain_line(err)

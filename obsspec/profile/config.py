@@ -8,11 +8,18 @@ from typing import Any
 from pydantic import Field
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, StrictModel, load_pipeline_config
-from obsspec.rollout.config import CollectConfig, EngineOptions, SpeculationConfig, collect_limits
+from obsspec.config import DEFAULT_MODEL, ImagesConfig, load_pipeline_config
+from obsspec.rollout.config import (
+    CollectConfig,
+    EngineOptions,
+    SpeculationConfig,
+    TaskAccess,
+    access_defaults,
+    collect_limits,
+)
 
 
-class ProfileConfig(StrictModel):
+class ProfileConfig(TaskAccess):
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
     policy: str = Field(default=DEFAULT_MODEL, description="Model name or HF directory.")
     world_model: str | None = Field(
@@ -57,6 +64,8 @@ class ProfileConfig(StrictModel):
             speculation=speculation,
             max_attempts=self.max_attempts,
             sandbox_cpuset=self.sandbox_cpuset,
+            images=self.images,
+            network=self.network,
         )
 
 
@@ -64,7 +73,11 @@ REQUIRED = {"tasks": "--tasks"}
 
 
 def load_profile_config(
-    config_file: Path | None, flags: dict[str, Any], *, default_policy: str = DEFAULT_MODEL
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    default_policy: str = DEFAULT_MODEL,
+    images: ImagesConfig | None = None,
 ) -> ProfileConfig:
     return load_pipeline_config(
         ProfileConfig,
@@ -72,5 +85,5 @@ def load_profile_config(
         config_file,
         flags,
         required=REQUIRED,
-        defaults={"policy": default_policy},
+        defaults={"policy": default_policy, **access_defaults(images)},
     )

@@ -98,7 +98,9 @@ async def profile(
     episodes: list[ArmEpisodes] = []
     lost: list[dict] = []
     with run_scope("profile") as (client, run_id):
-        images = await build_images(client, by_id, items, False, emit)
+        images = await build_images(
+            client, by_id, items, False, emit, config.images.map, config.network
+        )
         items = [item for item in items if item.task_id in images]
         if not items:
             raise ObsspecError(
@@ -108,7 +110,9 @@ async def profile(
         async with (
             open_policy(arm_config, models_dir, engine=engine) as policy,
             open_speculation(arm_config, models_dir, policy, wm_engine=wm_engine) as spec_loop,
-            TaskPools(client, run_id, by_id, images, items, config.sandbox_cpuset) as pools,
+            TaskPools(
+                client, run_id, by_id, images, items, config.sandbox_cpuset, config.network
+            ) as pools,
         ):
             assert spec_loop is not None
             writers = arm_writers(config.out)

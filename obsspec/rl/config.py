@@ -24,8 +24,14 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import CORE_LIST, DEFAULT_MODEL, StrictModel, load_pipeline_config
-from obsspec.rollout.config import CollectConfig, EngineOptions, SpeculationConfig
+from obsspec.config import CORE_LIST, DEFAULT_MODEL, ImagesConfig, StrictModel, load_pipeline_config
+from obsspec.rollout.config import (
+    CollectConfig,
+    EngineOptions,
+    SpeculationConfig,
+    TaskAccess,
+    access_defaults,
+)
 from obsspec.speculation.gate import GateSettings
 from obsspec.speculation.runner import SpeculationSettings
 from world_model.config import CotrainSettings
@@ -127,7 +133,7 @@ class PlacementSettings(StrictModel):
         return self.rollout_workers * self.rollout_gpus + self.trainer_gpus + self.wm_trainer_gpus
 
 
-class RLConfig(StrictModel):
+class RLConfig(TaskAccess):
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
     out: Path = Field(description="The run directory (metrics, checkpoints, TensorBoard).")
     policy: str = Field(default=DEFAULT_MODEL, description="The initial policy (name or dir).")
@@ -203,6 +209,8 @@ class RLConfig(StrictModel):
             max_attempts=self.max_attempts,
             sandbox_cpuset=self.sandbox_cpuset,
             speculation=speculation,
+            images=self.images,
+            network=self.network,
         )
 
     def identity(self) -> dict[str, Any]:
@@ -223,8 +231,13 @@ REQUIRED = {"tasks": "--tasks", "out": "--out"}
 
 
 def load_rl_config(
-    config_file: Path | None, flags: dict[str, Any], *, default_policy: str = DEFAULT_MODEL
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    default_policy: str = DEFAULT_MODEL,
+    images: ImagesConfig | None = None,
 ) -> RLConfig:
+    defaults = {"policy": default_policy, **access_defaults(images)}
     return load_pipeline_config(
-        RLConfig, "rl", config_file, flags, required=REQUIRED, defaults={"policy": default_policy}
+        RLConfig, "rl", config_file, flags, required=REQUIRED, defaults=defaults
     )

@@ -85,7 +85,13 @@ class RolloutWorker:
         skipped: dict[str, str] = {}
         items = [WorkItem(task_id, 0, 0) for task_id in self.tasks]
         self._images = await build_images(
-            client, self.tasks, items, False, lambda e: skip(skipped, e)
+            client,
+            self.tasks,
+            items,
+            False,
+            lambda e: skip(skipped, e),
+            self.config.images.map,
+            self.config.network,
         )
         check_runnable(skipped, len(self.tasks))  # before the engines take a minute to load
         policy_dir = policy_model(self.collect, self.models_dir)
@@ -141,6 +147,7 @@ class RolloutWorker:
             self._images,
             items,
             self.config.sandbox_cpuset,
+            self.config.network,
         ) as pools:
 
             async def one(item: WorkItem) -> tuple[Trajectory, int] | None:

@@ -69,7 +69,28 @@ class SpeculationConfig(SpeculationSettings):
         return self
 
 
-class CollectConfig(StrictModel):
+class TaskAccess(StrictModel):
+    """What a run's tasks may reach: local images for their registry images, and the network
+    (collect, profile and rl share these settings)."""
+
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig,
+        description="Local images for tasks' registry images [default: the config's "
+        "top-level [images] table, then OBSSPEC_IMAGE_MAP and --image-map entries].",
+    )
+    network: NetworkPolicy = Field(
+        default=NetworkPolicy.none,
+        description="Who gets a network: none, verify (only the verifier), all (the agent "
+        "too); under verify, a task with allow_internet gives its agent one as well.",
+    )
+
+
+def access_defaults(images: ImagesConfig | None) -> dict[str, Any]:
+    """Pipeline defaults from the global image map, so that run directories record it."""
+    return {"images": images.model_dump()} if images is not None else {}
+
+
+class CollectConfig(TaskAccess):
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
     out: Path = Field(description="The run directory (dataset shards, manifest, logs).")
     policy: str = Field(
@@ -116,16 +137,6 @@ class CollectConfig(StrictModel):
         description="Pin every sandbox to these cores (e.g. '1'), away from the engine's, to "
         "mimic a cluster where inference and tools do not share processors.",
     )
-    images: ImagesConfig = Field(
-        default_factory=ImagesConfig,
-        description="Local images for tasks' registry images [default: the config's "
-        "top-level [images] table, OBSSPEC_IMAGE_MAP and --image-map].",
-    )
-    network: NetworkPolicy = Field(
-        default=NetworkPolicy.none,
-        description="Who gets a network: none, verify (only the verifier), all (the agent "
-        "too); under verify, a task with allow_internet gives its agent one as well.",
-    )
     min_free_mb: int = Field(
         default=64, ge=0, description="Refuse to start with less free disk in the run directory."
     )
@@ -169,9 +180,7 @@ def load_collect_config(
     """The `[collect]` table of config_file (if any), overlaid with the flags the user set;
     the policy defaults to default_policy (the global config's default model), the image map
     to images (the global config's, so that the run directory records the map used)."""
-    defaults: dict[str, Any] = {"policy": default_policy}
-    if images is not None:
-        defaults["images"] = images.model_dump()
+    defaults = {"policy": default_policy, **access_defaults(images)}
     return load_pipeline_config(
         CollectConfig, "collect", config_file, flags, required=REQUIRED, defaults=defaults
     )
