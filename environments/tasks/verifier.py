@@ -60,7 +60,7 @@ async def verify(task: Task, sandbox: DockerSandbox) -> VerifierResult:
         if task.format == "harbor":
             rewards = await read_rewards(sandbox, task)
         else:
-            rewards = {"reward": pytest_reward(result)}
+            rewards = {"reward": pytest_reward(result, task.id)}
         reward = scalar_reward(
             rewards,
             key=task.reward_key,
@@ -111,11 +111,16 @@ async def read_rewards(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
 SUMMARY = re.compile(r"=+ (.*\b(?:passed|failed|error|errors|no tests ran)\b.*) in [\d.]+s")
 
 
-def pytest_reward(result: ExecResult) -> float:
-    """1.0 if pytest's final summary reports passes and no failures or errors, else 0.0."""
+def pytest_reward(result: ExecResult, task_id: str = "?") -> float:
+    """1.0 if pytest's final summary reports passes and no failures or errors, else 0.0.
+    No summary at all means pytest never ran (run-tests.sh could not install or find it,
+    e.g. without a network): a VerifierError, never a zero."""
     summaries = SUMMARY.findall(result.stdout + "\n" + result.stderr)
     if not summaries:
-        return 0.0
+        raise VerifierError(
+            f"task {task_id}: run-tests.sh printed no pytest summary, so pytest never ran "
+            f"(exit code {result.exit_code}; a missing tool or no network? see --network)"
+        )
     last = summaries[-1]
     passed = re.search(r"(\d+) passed", last)
     broken = re.search(r"\d+ (failed|error|errors)\b", last)

@@ -71,3 +71,16 @@ def test_scalar_reward_rule(rewards, rule, scalar):
 def test_a_named_reward_key_that_is_missing_is_an_error():
     with pytest.raises(VerifierError, match=r"no key 'correctness'.*\['score'\]"):
         scalar_reward({"score": 1.0}, key="correctness", where=WHERE)
+
+
+def test_tbv1_reward_needs_a_pytest_summary():
+    from environments.tasks.verifier import pytest_reward
+    from obsspec.types import ExecResult
+
+    def run(out: str, code: int) -> ExecResult:
+        return ExecResult(stdout=out, stderr="", exit_code=code, duration_s=0.1)
+
+    assert pytest_reward(run("==== 3 passed in 0.12s ====\n", 0)) == 1.0
+    assert pytest_reward(run("==== 1 failed, 2 passed in 0.12s ====\n", 1)) == 0.0
+    with pytest.raises(VerifierError, match=r"t1: run-tests\.sh printed no pytest summary"):
+        pytest_reward(run("curl: (6) Could not resolve host\n", 127), "t1")
