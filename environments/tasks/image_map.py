@@ -7,6 +7,11 @@ A machine without a container registry (an air-gapped cluster, a CI box) cannot 
     OBSSPEC_IMAGE_MAP="python:3.13-slim=obsspec/base,ubuntu:24.04=obsspec/base"
     [images] map = { "python:3.13-slim" = "obsspec/base" }   (in --config)
 
+Sources, in increasing precedence, merged entry by entry: the config's top-level [images]
+map, a pipeline's own table ([collect] images.map, likewise profile and rl),
+OBSSPEC_IMAGE_MAP, --image-map. The resolved map is part of the config recorded in a run
+directory (manifest.json).
+
 Matching is on the canonical reference (`python:3.13-slim`, `library/python:3.13-slim` and
 `docker.io/library/python:3.13-slim` are one image; no tag means `:latest`). An exact entry
 always applies; the wildcard entry `*` applies to any FROM image this machine lacks (a local
