@@ -93,7 +93,12 @@ ERRORS = [
     "cat no_such_file_{n}",
     "shift; echo shifted",
 ]
-ENDERS = ["exit {n}", "exit", "set -e; false; echo unreachable", "set -u; echo $never_set_{n}"]
+ENDERS = [
+    "exit {n}",
+    "false; exit",
+    "set -e; false; echo unreachable",
+    "set -u; echo $never_set_{n}",
+]
 
 
 def draw_sequence(rng: random.Random) -> list[tuple[str, str]]:
