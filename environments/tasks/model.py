@@ -59,4 +59,6 @@ class Task(StrictModel):
             return []
         # Harbor uploads the whole solution/ folder, so its other files may be used; TB v1
         # uploads solution.sh alone.
-        return plan_solution_file(self.solution, folder=self.format == "harbor").commands
+        return plan_solution_file(
+            self.solution, folder=self.format == "harbor", env=self.solution_env
+        ).commands

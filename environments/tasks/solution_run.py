@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from environments.errors import TaskFormatError
 from environments.sandbox import DockerSandbox
 from environments.tasks.model import Task
-from environments.tasks.verifier import env_prefix
+from environments.tasks.text import env_prefix
 from obsspec.types import ExecResult
 
 TBV1_SOLUTION_DIR = "/oracle"

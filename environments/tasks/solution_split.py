@@ -47,11 +47,12 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from environments.errors import TaskFormatError
+from environments.tasks.text import env_prefix, read_task_text
 
 SHELLS = {"bash", "sh", "dash"}  # harnesses run solve.sh with bash whatever its shebang says
 
@@ -75,31 +76,40 @@ class SolutionPlan:
 
 
 def plan_solution(
-    script: str, *, source: Path, siblings: Iterable[str] = (), run_dir: str = "/tmp"
+    script: str,
+    *,
+    source: Path,
+    siblings: Iterable[str] = (),
+    run_dir: str = "/tmp",
+    env: Mapping[str, str] | None = None,
 ) -> SolutionPlan:
     """How the oracle replays script (read from source): cut, or whole. siblings are the names
-    of the other files shipped next to it (a Harbor solution/ directory)."""
+    of the other files shipped next to it (a Harbor solution/ directory); env is the task's
+    [solution] env, which only a whole-script action can give the script (as its harness
+    does) without an extra `export` turn in the expert data."""
     check_self_contained(script, source, siblings)
+    env = env or {}
     interpreter = shebang(script)
     if interpreter is not None and interpreter[0] not in SHELLS:
-        whole = whole_script_action(script, source.name, run_dir, interpreter=True)
+        whole = whole_script_action(script, source.name, run_dir, interpreter=True, env=env)
         return SolutionPlan([whole], f"its shebang names {interpreter[0]}")
     commands = top_level_commands(script, source)
     if interpreter is not None and len(interpreter) > 1:
         reason: str | None = f"its shebang passes {' '.join(interpreter[1:])} to the shell"
+    elif env:
+        reason = f"the task sets [solution] env ({', '.join(env)})"
     else:
         reason = whole_script_reason(commands)
     if reason is None:
         return SolutionPlan([c.text for c in commands], None)
-    return SolutionPlan([whole_script_action(script, source.name, run_dir)], reason)
+    return SolutionPlan([whole_script_action(script, source.name, run_dir, env=env)], reason)
 
 
-def plan_solution_file(path: Path, *, folder: bool) -> SolutionPlan:
+def plan_solution_file(
+    path: Path, *, folder: bool, env: Mapping[str, str] | None = None
+) -> SolutionPlan:
     """plan_solution for a solution file; with folder, the files next to it ship with it."""
-    try:
-        script = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskFormatError(path, f"cannot be read as UTF-8 text: {e}") from e
+    script = read_task_text(path)
     siblings = []
     if folder:
         siblings = [
@@ -107,7 +117,7 @@ def plan_solution_file(path: Path, *, folder: bool) -> SolutionPlan:
             for p in sorted(path.parent.rglob("*"))
             if p.is_file() and p != path
         ]
-    return plan_solution(script, source=path, siblings=siblings)
+    return plan_solution(script, source=path, siblings=siblings, env=env)
 
 
 # --- the cut ---------------------------------------------------------------------------------
@@ -354,28 +364,31 @@ def lex_line(line: str) -> tuple[str, str, list[tuple[str, bool, bool]]]:
 
 def check_self_contained(script: str, source: Path, siblings: Iterable[str]) -> None:
     """Refuse a solution that needs files the agent's sandbox lacks (see the module doc)."""
-    used = re.search(r"(?<![\w.-])/(?:solution|oracle)(?:/|\b)", script)
-    if used:
-        line = script.count("\n", 0, used.start()) + 1
-        raise TaskFormatError(
-            source,
-            f"line {line} uses {used.group(0).rstrip('/')}, where harnesses upload the "
-            "solution; the oracle types commands into the task's own image, which lacks it "
-            "(`obsspec env validate` runs such solutions)",
-        )
-    for name in siblings:
-        found = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", script)
+    needs = [(r"(?<![\w.-])/(?:solution|oracle)(?:/|\b)", "where harnesses upload the solution")]
+    needs += [
+        (rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "a file shipped next to the solution")
+        for name in siblings
+    ]
+    for pattern, what in needs:
+        found = re.search(pattern, script)
         if found:
             line = script.count("\n", 0, found.start()) + 1
             raise TaskFormatError(
                 source,
-                f"line {line} uses {name}, a file shipped next to the solution; the oracle "
-                "types commands into the task's own image, which lacks it (`obsspec env "
-                "validate` runs such solutions)",
+                f"line {line} uses {found.group(0).rstrip('/')}, {what}; the oracle types "
+                "commands into the task's own image, which lacks it (`obsspec env validate` "
+                "runs such solutions)",
             )
 
 
-def whole_script_action(script: str, name: str, run_dir: str, *, interpreter: bool = False) -> str:
+def whole_script_action(
+    script: str,
+    name: str,
+    run_dir: str,
+    *,
+    interpreter: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """One command that runs script as its harness would, in a child process.
 
     Why a file and not `bash <<'EOF'` or `bash -c '...'`: fed on stdin, the script's commands
@@ -389,6 +402,7 @@ def whole_script_action(script: str, name: str, run_dir: str, *, interpreter: bo
     while delimiter in (line.strip() for line in body_lines):
         delimiter += "_"
     path = shlex.quote(path)
-    run = f"chmod +x {path} && {path}" if interpreter else f"bash {path}"
+    prefix = env_prefix(env or {})
+    run = f"chmod +x {path} && {prefix}{path}" if interpreter else f"{prefix}bash {path}"
     body = script[:-1] if script.endswith("\n") else script
     return f"cat > {path} <<'{delimiter}'\n{body}\n{delimiter}\n{run}"

@@ -1,4 +1,5 @@
-"""Reading a task's text files: UTF-8 or a TaskFormatError naming the file.
+"""A task's text: its files read as UTF-8 (or a TaskFormatError naming the file), and its
+env tables written as shell words.
 
 A file that is not UTF-8 (say, an instruction.md saved as Latin-1) breaks that one task, with
 the byte offset, instead of escaping as a UnicodeDecodeError that would end a whole run.
@@ -6,6 +7,8 @@ the byte offset, instead of escaping as a UnicodeDecodeError that would end a wh
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from environments.errors import TaskFormatError
@@ -22,3 +25,8 @@ def read_task_text(path: Path) -> str:
         raise TaskFormatError(
             path, f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
         ) from None
+
+
+def env_prefix(env: Mapping[str, str]) -> str:
+    """`NAME='value' ` assignments that put env into one command's environment only."""
+    return "".join(f"{name}={shlex.quote(value)} " for name, value in env.items())

@@ -24,6 +24,7 @@ from environments.sandbox import DockerSandbox
 from environments.shell import PersistentShell
 from environments.tasks.model import Task
 from environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
+from environments.tasks.text import env_prefix
 from obsspec.types import ExecResult
 
 REWARD_DIR = "/logs/verifier"
@@ -71,11 +72,6 @@ async def verify(task: Task, sandbox: DockerSandbox) -> VerifierResult:
         e.output = output  # what the verifier printed says why it gave no reward
         raise
     return VerifierResult(reward, rewards, result.duration_s, output)
-
-
-def env_prefix(env: dict[str, str]) -> str:
-    """`NAME='value' ` assignments that put env into one command's environment only."""
-    return "".join(f"{name}={shlex.quote(value)} " for name, value in env.items())
 
 
 def output_tail(text: str, limit: int = OUTPUT_CHARS) -> str:

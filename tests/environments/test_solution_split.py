@@ -265,3 +265,13 @@ def test_two_hundred_lines_take_well_under_a_second():
     elapsed = time.perf_counter() - start
     assert len(plan.commands) == 120
     assert elapsed < 1.0, f"{elapsed:.2f} s"
+
+
+def test_solution_env_is_given_to_a_whole_script_run(tmp_path):
+    script = 'echo "greeting=$GREETING"\necho done\n'
+    env = {"GREETING": "hi there"}
+    plan = plan_solution(script, source=SOURCE, env=env, run_dir=str(tmp_path))
+    assert plan.reason == "whole script because: the task sets [solution] env (GREETING)"
+    (action,) = plan.commands
+    ran = subprocess.run(["bash", "-c", action], capture_output=True, text=True)
+    assert ran.stdout == "greeting=hi there\ndone\n"
