@@ -108,20 +108,11 @@ def validate(
 
 def load_or_report(spec: str):
     """The tasks that load, and a failed report for each task directory that does not."""
-    from environments.errors import TaskFormatError
-    from environments.tasks import load_task
-    from environments.tasks.load import task_dirs
+    from environments.tasks.load import load_tasks_report
     from environments.validate import TaskValidation
 
-    loaded, broken = [], []
-    for path in task_dirs(spec):
-        try:
-            loaded.append(load_task(path))
-        except TaskFormatError as e:
-            broken.append(TaskValidation(path.name, "", errors=[str(e)]))
-        except UnicodeDecodeError as e:  # a task file that is not UTF-8 text
-            broken.append(TaskValidation(path.name, "", errors=[f"{path}: not UTF-8: {e}"]))
-    return loaded, broken
+    loaded, broken = load_tasks_report(spec)
+    return loaded, [TaskValidation(path.name, "", errors=[str(e)]) for path, e in broken]
 
 
 def show_report(report, counter: str) -> None:

@@ -24,6 +24,10 @@ from environments.tasks.verifier import verify
 from obsspec.errors import ObsspecError
 
 SLOW_SOLUTION_S = 1.0
+NO_NETWORK_HINT = (
+    "the verifier ran without a network (--network none); if it installs tools when it runs "
+    "(as Terminal-Bench's run-tests.sh does), try --network verify"
+)
 TAIL_LINES = 20
 TAIL_CHARS = 2000
 
@@ -47,6 +51,9 @@ class TaskValidation:
     solution_output: str = ""  # tails, kept only when something went wrong
     verifier_output: str = ""
     noop_verifier_output: str = ""
+    solution_rewards: dict[str, float] = field(default_factory=dict)  # every key the verifier wrote
+    warnings: list[str] = field(default_factory=list)  # what the task's loader ignored
+    verifier_failed: bool = False  # it gave no usable reward in either arm
 
     @property
     def ok(self) -> bool:
@@ -63,7 +70,7 @@ class TaskValidation:
     def row(self) -> dict:
         """The JSON row of `env validate --json`."""
         row = {**asdict(self), "seconds": round(self.seconds, 2), "problems": self.problems()}
-        del row["errors"]  # in problems
+        del row["errors"], row["verifier_failed"]  # in problems
         return row
 
 
@@ -75,6 +82,7 @@ async def validate_task(
     network: NetworkPolicy = NetworkPolicy.none,
 ) -> TaskValidation:
     report = TaskValidation(task.id, str(task.metadata.get("family", "")))
+    report.warnings = list(task.format_warnings)
     task = task.model_copy(update={"limits": with_network(task.limits, network)})
     start = time.monotonic()
     try:
@@ -86,6 +94,8 @@ async def validate_task(
             check_solution(task, client, image, run_id, report),
             check_untouched(task, client, image, run_id, report),
         )
+    if report.verifier_failed and network is NetworkPolicy.none:
+        report.errors.append(NO_NETWORK_HINT)
     report.seconds = time.monotonic() - start
     return report
 
@@ -105,8 +115,10 @@ async def check_solution(task: Task, client, image: str, run_id: str, report: Ta
         report.errors.append(f"solution run: {e}")
         return
     report.solution_reward, report.verifier_output = verdict.reward, verdict.output
+    report.solution_rewards = verdict.rewards
     if verdict.error:
         report.errors.append(f"solution run: {verdict.error}")
+        report.verifier_failed = True
 
 
 async def check_untouched(task: Task, client, image: str, run_id: str, report: TaskValidation):
@@ -119,6 +131,7 @@ async def check_untouched(task: Task, client, image: str, run_id: str, report: T
     report.noop_reward, report.noop_verifier_output = verdict.reward, verdict.output
     if verdict.error:
         report.errors.append(f"no-op run: {verdict.error}")
+        report.verifier_failed = True
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,7 @@ class Verdict:
     reward: float | None
     output: str  # the tail of the verifier's output, kept only when the reward is unexpected
     error: str | None = None  # the verifier ran but gave no usable reward
+    rewards: dict[str, float] = field(default_factory=dict)
 
 
 async def verdict_of(task: Task, sandbox: DockerSandbox, expected: float) -> Verdict:
@@ -135,7 +149,8 @@ async def verdict_of(task: Task, sandbox: DockerSandbox, expected: float) -> Ver
     except VerifierError as e:  # e.g. a tool it needs is missing: its output says which
         return Verdict(None, output_tail(e.output), str(e))
     unexpected = outcome.reward != expected
-    return Verdict(outcome.reward, output_tail(outcome.output) if unexpected else "")
+    tail = output_tail(outcome.output) if unexpected else ""
+    return Verdict(outcome.reward, tail, rewards=dict(outcome.rewards))
 
 
 async def validate_tasks(

@@ -94,6 +94,15 @@ def test_validate_row_is_as_expected(rows, name):
     else:
         assert row["problems"] == [], f"{name}: {row['problems']}"
         assert (row["solution_reward"], row["noop_reward"]) == (want["solution"], want["noop"])
+        assert row["solution_rewards"] == want.get("rewards", {"reward": want["solution"]})
+        assert row["warnings"] == []  # every key these authors wrote is read
+
+
+def test_a_verifier_without_network_is_told_to_try_one(rows):
+    """Under the default --network none, a verifier that gave no reward gets the hint."""
+    for name, want in EXPECTED.items():
+        if want.get("problem") == "verifier_failed_to_run":
+            assert any("try --network verify" in p for p in rows[name]["problems"]), name
 
 
 def test_registry_from_without_a_map_is_one_line_naming_image_task_and_flag(
