@@ -207,8 +207,9 @@ def shell(
 ) -> None:
     """A persistent shell in a task's sandbox, for humans debugging tasks.
 
-    Reads one command per line from stdin (a prompt when it is a terminal; a script when
-    piped) and prints each command's observation exactly as the agent would see it.
+    Reads commands from stdin as a terminal does (a heredoc, loop or open quote continues on
+    the next lines; a prompt when stdin is a terminal, a script when piped) and prints each
+    command's observation exactly as the agent would see it.
     """
     if (task is None) == (image is None):
         raise typer.BadParameter("give a task directory or --image, not both")
@@ -263,13 +264,17 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
 
 
 def read_commands():
-    """Lines from stdin; with a terminal, prompt for each and stop on EOF (Ctrl-D)."""
+    """Commands from stdin, as a terminal reads them: a heredoc, a loop or an open quote takes
+    the lines that finish it (environments.tasks.solution_split.typed_commands). With a
+    terminal, a `sandbox$` prompt, `>` on continuation lines, and Ctrl-D to end."""
+    from environments.tasks.solution_split import typed_commands
+
     interactive = sys.stdin.isatty()
-    while True:
+
+    def read_line(continuation: bool) -> str | None:
         if interactive:
-            err.print("[bold cyan]sandbox$[/bold cyan] ", end="")
+            err.print("> " if continuation else "[bold cyan]sandbox$[/bold cyan] ", end="")
         line = sys.stdin.readline()
-        if not line:
-            return
-        if line.strip():
-            yield line.rstrip("\n")
+        return line.rstrip("\n") if line else None
+
+    return typed_commands(read_line)

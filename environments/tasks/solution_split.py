@@ -47,7 +47,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +201,34 @@ def top_level_commands(script: str, source: Path) -> list[Command]:
     finally:
         parser.close()
     return commands
+
+
+_UNFINISHED = re.compile(
+    r"unexpected end of file|unexpected EOF while looking for|delimited by end-of-file"
+)
+
+
+def typed_commands(read_line: Callable[[bool], str | None]) -> Iterator[str]:
+    """Commands as a terminal reads them from lines: one that is not finished (an open quote,
+    heredoc, loop or block, a trailing `\\`, `&&` or `|`) takes the next lines too, as bash
+    does at its `>` prompt; a finished one, or one bash can only reject (a syntax error),
+    goes out as it is, and an unfinished one at the end too (bash -c reports it).
+    read_line(continuation) gives the next line without its newline, or None at the end."""
+    parser = _BashParser()
+    try:
+        chunk: list[str] = []
+        while (line := read_line(bool(chunk))) is not None:
+            if not chunk and not line.strip():
+                continue
+            chunk.append(line)
+            if continued(line) or _UNFINISHED.search(parser.report("\n".join(chunk))):
+                continue
+            yield "\n".join(chunk)
+            chunk = []
+        if chunk:
+            yield "\n".join(chunk)
+    finally:
+        parser.close()
 
 
 def continued(line: str) -> bool:

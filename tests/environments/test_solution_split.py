@@ -275,3 +275,36 @@ def test_solution_env_is_given_to_a_whole_script_run(tmp_path):
     (action,) = plan.commands
     ran = subprocess.run(["bash", "-c", action], capture_output=True, text=True)
     assert ran.stdout == "greeting=hi there\ndone\n"
+
+
+def test_typed_commands_read_as_a_terminal_does():
+    from environments.tasks.solution_split import typed_commands
+
+    typed = [
+        "cat > f <<'EOF'",
+        "# kept",
+        "EOF",
+        "",
+        "for i in 1 2; do",
+        "  echo $i",
+        "done",
+        "if then",
+        'echo "open',
+        'quote" \\',
+        "  && echo next",
+        "echo unfinished at the end; if true; then",
+    ]
+    continuations = []
+
+    def read_line(continuation: bool):
+        continuations.append(continuation)
+        return typed.pop(0) if typed else None
+
+    assert list(typed_commands(read_line)) == [
+        "cat > f <<'EOF'\n# kept\nEOF",
+        "for i in 1 2; do\n  echo $i\ndone",
+        "if then",  # a syntax error goes out at once: bash -c reports it
+        'echo "open\nquote" \\\n  && echo next',
+        "echo unfinished at the end; if true; then",
+    ]
+    assert continuations[:4] == [False, True, True, False]
