@@ -204,10 +204,12 @@ def collect(
         out.print(summary_table(summary))
     if summary["failures"]:
         lost = sum(summary["failures"].values())
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary["failures"].items()))
         raise ObsspecError(
-            f"{lost} episode(s) failed on the infrastructure on every attempt; they are not in "
-            f"the dataset (see {collect_config.out / 'failures.jsonl'})",
-            hint="rerun the same command to retry them",
+            f"{lost} episode(s) are not in the dataset ({kinds}): the infrastructure failed on "
+            "every attempt, or a task is broken (a VerifierError is not retried); see "
+            f"{collect_config.out / 'failures.jsonl'}",
+            hint="fix the broken tasks, then rerun the same command to retry them",
         )
 
 
