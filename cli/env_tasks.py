@@ -260,7 +260,8 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
             outcome = await verify(task, sb)
         err.print("[dim]-- verifier output --[/dim]")
         out.print(outcome.output.rstrip("\n") or "(no output)", markup=False)
-        out.print(f"reward: {outcome.reward:g} (verifier {outcome.seconds:.1f} s)")
+        keys = "" if list(outcome.rewards) == ["reward"] else f" {dict(outcome.rewards)}"
+        out.print(f"reward: {outcome.reward:g}{keys} (verifier {outcome.seconds:.1f} s)")
 
 
 def read_commands():

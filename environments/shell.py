@@ -3,8 +3,8 @@
 Why not one `docker exec` per command: each costs ~50 ms, and a real terminal keeps its state
 (cwd, variables, functions, aliases) between commands. What bash runs, and why each command
 gives the observation `bash -c` would, is in environments/shell_script.py; this module drives
-it: it sends a step line and the command record, then reads both streams up to the markers
-that only this command's random token can produce.
+it: it sends one line per command (the command written into a trap handler), then reads both
+streams up to the end markers that only this command's random token can produce.
 
 The exec stream is Docker's multiplexed format (8-byte frame headers), so stdout and stderr
 arrive separately. A timed-out command's processes (every descendant of the shell) are
