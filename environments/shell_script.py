@@ -27,8 +27,10 @@ What is normalised afterwards (`bash_c_stderr`), because eval reports it differe
 - with `set -x` on, trace lines carry two more PS4 levels (the trap and the eval): removed.
 Known differences, documented rather than hidden: a command under `set -e` whose final
 status is non-zero though bash would exempt it (`! cmd`, `a && b`) ends the shell; with
-`set -x` on, $? at the start of a command reads 0; `jobs` names a background job by the
-step line; a user trap on RTMIN+7 breaks the shell.
+`set -x` on, $? at the start of a command reads 0; `jobs` names every background job
+`builtin kill -RTMIN+7 "$$" &` and $BASH_COMMAND reads the same (bash names jobs started in a
+trap by the top-level command); `$_` at the start of a command is `RTMIN+7`; a user trap on
+RTMIN+7 breaks the shell.
 """
 
 from __future__ import annotations
