@@ -5,7 +5,9 @@ command k's observation is what `bash -c "$command_k"` would print, started in t
 commands 1..k-1 left behind (cwd, variables, functions, aliases, `set`/`shopt` options,
 traps), with aliases expanded as in a terminal. Where bash itself would end the shell (`exit`,
 `exec CMD`, an error under `set -e` or `set -u`), the result says so (`shell_restarted`) and
-the next command finds a fresh shell in the same container.
+the next command finds a fresh shell in the same container. State is a terminal's: an EXIT
+trap fires when the shell ends (as in a terminal), not after every command (as separate
+bash -c runs would).
 
 How. The shell is one bash reading its script from the exec stream. For each command the
 driver sends one top-level line:
@@ -29,8 +31,9 @@ Known differences, documented rather than hidden: a command under `set -e` whose
 status is non-zero though bash would exempt it (`! cmd`, `a && b`) ends the shell; with
 `set -x` on, $? at the start of a command reads 0; `jobs` names every background job
 `builtin kill -RTMIN+7 "$$" &` and $BASH_COMMAND reads the same (bash names jobs started in a
-trap by the top-level command); `$_` at the start of a command is `RTMIN+7`; a user trap on
-RTMIN+7 breaks the shell.
+trap by the top-level command); `$_` at the start of a command is `RTMIN+7`; an ERR trap the
+agent set fires once more when the command as a whole fails (and after a syntax error), and a
+DEBUG trap also before our own lines; a user trap on RTMIN+7 breaks the shell.
 """
 
 from __future__ import annotations

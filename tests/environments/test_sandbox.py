@@ -158,3 +158,13 @@ async def test_top_level_continue_and_syntax_errors_read_as_bash_c(sandbox):
     broken = await sandbox.run("echo a\nif then")
     assert broken.stderr.startswith("bash: -c: line 2: syntax error near unexpected token")
     assert (await sandbox.run("pwd; echo $v")).stdout == "/tmp\nkept\n"  # nothing lost
+
+
+async def test_an_exit_trap_fires_when_the_shell_ends_as_in_a_terminal(sandbox):
+    assert (await sandbox.run("trap 'echo bye from EXIT' EXIT")).stdout == ""
+    assert (await sandbox.run("echo working")).stdout == "working\n"
+    ended = await sandbox.run("exit 2")
+    assert ended.stdout == "bye from EXIT\n" and ended.exit_code == 2 and ended.shell_restarted
+    assert render_observation(ended).endswith(
+        "[exit code: 2; the shell ended and a new one was started]"
+    )
