@@ -114,7 +114,8 @@ def pytest_reward(result: ExecResult, task_id: str = "?") -> float:
     summaries = SUMMARY.findall(result.stdout + "\n" + result.stderr)
     if not summaries:
         raise VerifierError(
-            f"task {task_id}: run-tests.sh printed no pytest summary, so pytest never ran "
+            f"task {task_id}: the verifier (run-tests.sh) printed no pytest summary, so pytest "
+            "never ran "
             f"(exit code {result.exit_code}; a missing tool or no network? see --network)"
         )
     last = summaries[-1]

@@ -82,5 +82,7 @@ def test_tbv1_reward_needs_a_pytest_summary():
 
     assert pytest_reward(run("==== 3 passed in 0.12s ====\n", 0)) == 1.0
     assert pytest_reward(run("==== 1 failed, 2 passed in 0.12s ====\n", 1)) == 0.0
-    with pytest.raises(VerifierError, match=r"t1: run-tests\.sh printed no pytest summary"):
+    with pytest.raises(
+        VerifierError, match=r"t1: the verifier \(run-tests\.sh\) printed no pytest summary"
+    ):
         pytest_reward(run("curl: (6) Could not resolve host\n", 127), "t1")
