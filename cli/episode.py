@@ -11,7 +11,9 @@ import typer
 from cli.common import (
     CacheDirOption,
     ConfigOption,
+    ImageMapOption,
     JsonOption,
+    NetworkOption,
     emit_json,
     global_config,
     progress_printer,
@@ -51,6 +53,8 @@ def episode(
             rich_help_panel="Engine",
         ),
     ] = None,
+    image_map: ImageMapOption = None,
+    network: NetworkOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -59,11 +63,12 @@ def episode(
 
     The policy sees exactly what it would during collection; nothing is stored.
     """
+    from environments.sandbox import NetworkPolicy
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.agent.transcript import format_transcript
     from obsspec.rollout.single import watch_episode
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     limits = EpisodeLimits(
         max_turns=max_turns,
         max_tokens=max_tokens,
@@ -79,6 +84,7 @@ def episode(
             seed=seed,
             server=server,
             served_name=served_name,
+            network=network or NetworkPolicy.none,
             on_log=progress_printer(),
         )
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from environments.gc import run_scope
 from environments.pool import SandboxPool
+from environments.sandbox import NetworkPolicy, with_network
 from environments.tasks import load_task
 from environments.tasks.images import TaskImages
 from obsspec.agent.context import ChatContextBuilder
@@ -31,9 +32,11 @@ async def watch_episode(
     seed: int = 0,
     server: str | None = None,
     served_name: str | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
     on_log=lambda _: None,
 ) -> Trajectory:
     task = load_task(task_dir)  # bad input fails fast, before the heavy imports
+    task = task.model_copy(update={"limits": with_network(task.limits, network)})
     model_dir = resolve_model(model, settings.paths.models_dir)
     from transformers import AutoTokenizer
 
@@ -41,7 +44,8 @@ async def watch_episode(
         AutoTokenizer.from_pretrained(model_dir), observation_role(limits.action_format)
     )
     with run_scope("episode") as (client, run_id):
-        image = await TaskImages(client, on_log=on_log).ensure(task)
+        images = TaskImages(client, image_map=settings.images.map, on_log=on_log)
+        image = await images.ensure(task)
         async with contextlib.AsyncExitStack() as stack:
             if server:
                 engine = await stack.enter_async_context(OpenAIEngine(server, served_name or model))
