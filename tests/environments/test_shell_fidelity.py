@@ -20,7 +20,7 @@ from environments.shell import SHELL_ENV, PersistentShell
 
 pytestmark = pytest.mark.docker
 
-SEQUENCES = 24
+SEQUENCES = 40
 LENGTH = 8
 REPLAY = "/var/tmp/obsspec-replay.sh"  # where no command of the grammar lists files
 # The reference: the replay script is written to REPLAY, then `bash -c` runs the command with
@@ -118,6 +118,8 @@ ENDERS = [
     "false; exit",
     "set -e; false; echo unreachable",
     "set -u; echo $never_set_{n}",
+    "exec true",
+    "exec bash -c 'echo replaced; exit 4'",
 ]
 
 
@@ -222,5 +224,6 @@ async def test_observations_equal_a_fresh_bash_c(pair, seed):
 def test_the_grammar_draws_every_construct():
     drawn = {c for seed in range(SEQUENCES) for c, _ in draw_sequence(random.Random(seed))}
     text = "\n".join(drawn)
-    for construct in ("<<'EOF'", "continue", "break", "return", "exit", "set -x", "if then"):
+    constructs = ("<<'EOF'", "continue", "break", "return", "exit", "exec ", "set -x", "if then")
+    for construct in (*constructs, "pushd", "<(", "while read"):
         assert construct in text, construct
