@@ -87,24 +87,44 @@ def run(
         str | None, typer.Option("--image", help="Image \\[default: obsspec/base:latest].")
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.1, help="Seconds before the command is killed.")
+        float,
+        typer.Option("--timeout", min=0.1, help="Seconds for the whole call; then it is killed."),
     ] = 60.0,
+    cpus: Annotated[
+        float | None,
+        typer.Option("--cpus", min=0.01, help="CPU quota in cores.", rich_help_panel="Limits"),
+    ] = None,
+    memory_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--memory-mb", min=64, help="Memory limit in MiB (no swap).", rich_help_panel="Limits"
+        ),
+    ] = None,
+    pids: Annotated[
+        int | None,
+        typer.Option("--pids", min=16, help="Most processes at once.", rich_help_panel="Limits"),
+    ] = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Run one shell command in a fresh sandbox container (no network) and print its output.
+    """Run one shell command in a fresh sandbox container and print its output.
 
-    Exits with the command's exit code (124 if it timed out).
+    The container has a sandbox's limits (no network; --cpus, --memory-mb and --pids default to
+    a sandbox's 1 core, 2048 MiB and 512 processes); each stream keeps its first and last
+    256 KiB. Exits with the command's exit code (124 if it timed out).
     """
     from environments.docker_api import connect
     from environments.oneshot import run_once
+    from environments.sandbox import SandboxLimits
 
     settings = global_config(config)
     image = image or settings.base_image
     shell_command = " ".join(command)
+    chosen = {"cpus": cpus, "memory_mb": memory_mb, "pids": pids}
+    limits = SandboxLimits(**{k: v for k, v in chosen.items() if v is not None})
     client = connect()
     try:
-        result = run_once(client, image, shell_command, timeout_s=timeout)
+        result = run_once(client, image, shell_command, timeout_s=timeout, limits=limits)
     finally:
         client.close()
     if json_output:
@@ -116,16 +136,19 @@ def run(
                 "stderr": result.stderr,
                 "exit_code": result.exit_code,
                 "timed_out": result.timed_out,
+                "truncated": result.truncated,
                 "seconds": round(result.seconds, 3),
             }
         )
     else:
-        out.out(result.stdout, end="")
-        if result.stderr:
-            err.out(result.stderr, end="")
+        out.file.write(result.stdout)  # as is: rich would cost ~1 KB per line of output
+        out.file.flush()
+        err.file.write(result.stderr)
+        err.file.flush()
         status = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        status += ", output truncated" if result.truncated else ""
         err.print(f"[dim]({escape(image)}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
-    raise typer.Exit(124 if result.timed_out else result.exit_code)
+    raise typer.Exit(result.exit_code)  # 124 when timed out
 
 
 @app.command()

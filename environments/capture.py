@@ -1,4 +1,4 @@
-"""Capturing one command's output from a byte stream: end-marker detection and a memory cap.
+"""Capturing output from a byte stream: end-marker detection, a memory cap, Docker framing.
 
 A command's output ends where the shell prints a marker that only this command knows (it
 carries a random id). Until then, bytes are kept up to a cap: the first `cap` bytes and the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterator
 
 from obsspec.types import TRUNCATION_MARKER
 
@@ -95,3 +96,35 @@ class MarkedStream:
         """The stream ended without a marker: everything held back is output."""
         self.buffer.add(bytes(self.window))
         self.window.clear()
+
+
+class FrameSplitter:
+    """Splits Docker's multiplexed stream (attach or exec without a tty) into pieces.
+
+    Each frame is an 8-byte header (stream id: 1 stdout, 2 stderr; three zero bytes; payload
+    length, big-endian) and then its payload. Pieces are yielded as bytes arrive, a frame's
+    payload possibly in several pieces, so that a huge frame is never held whole.
+    """
+
+    def __init__(self) -> None:
+        self.header = bytearray()
+        self.kind = 0
+        self.left = 0  # payload bytes of the current frame still to come
+
+    def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
+        """(stream id, bytes) pieces of the frames in `data`."""
+        view = memoryview(data)
+        while view:
+            if self.left == 0:
+                need = 8 - len(self.header)
+                self.header += view[:need]
+                view = view[need:]
+                if len(self.header) == 8:
+                    self.kind = self.header[0]
+                    self.left = int.from_bytes(self.header[4:8], "big")
+                    self.header.clear()
+                continue
+            piece = view[: self.left]
+            view = view[len(piece) :]
+            self.left -= len(piece)
+            yield self.kind, bytes(piece)

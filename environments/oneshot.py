@@ -1,44 +1,92 @@
 """Run one command in a fresh, throwaway container: the smallest real use of a sandbox image.
 
-Used by `obsspec env run` (a smoke test of an image) and by doctor. Episodes use persistent
-sandboxes instead, where a shell survives between commands.
+Used by `obsspec env run` (a smoke test of an image). Episodes use persistent sandboxes
+instead, where a shell survives between commands.
+
+The container is isolated and limited exactly like a sandbox (`container_options`: init,
+no network, cpus, memory, pids, no-new-privileges, few capabilities). Its output never goes
+through Docker's log (log driver `none`): we attach to its stdout and stderr before it starts
+and keep the head and tail of each in a CappedBuffer, so gigabytes of output cost a bounded
+amount of memory. `timeout_s` bounds the call: creating, starting and reading share it; then
+the container is killed and removed (one call, about a second). A timed-out command reports
+exit code 124, as coreutils' `timeout` does. The container is removed however the call ends,
+Ctrl-C included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 from dataclasses import dataclass
 
+from environments.capture import CappedBuffer, FrameSplitter
 from environments.errors import SandboxError
-from environments.sandbox import HOSTNAME, run_labels
+from environments.sandbox import SandboxLimits, container_options
 
 LABEL = "obsspec.oneshot"
+TIMEOUT_EXIT_CODE = 124
+OUTPUT_CAP_BYTES = 256 * 1024  # per stream, head and tail each (as a sandbox's shell)
+WAIT_GRACE_S = 2.0  # for the exit code once both streams have ended
+STDOUT, STDERR = 1, 2
 
 
 @dataclass(frozen=True)
 class OneShotResult:
     stdout: str
     stderr: str
-    exit_code: int
+    exit_code: int  # TIMEOUT_EXIT_CODE when timed out
     seconds: float
     timed_out: bool
+    truncated: bool  # some output was dropped from the middle of a stream
 
 
-def run_once(client, image: str, command: str, timeout_s: float = 60.0) -> OneShotResult:
-    """`bash -lc command` in a new container without network; the container is always removed."""
-    import docker.errors
-    import requests.exceptions
-
+def run_once(
+    client,
+    image: str,
+    command: str,
+    timeout_s: float = 60.0,
+    limits: SandboxLimits | None = None,
+    *,
+    run_id: str = "oneshot",
+    cap_bytes: int = OUTPUT_CAP_BYTES,
+) -> OneShotResult:
+    """`bash -lc command` in a new container under `limits` (no network by default)."""
     start = time.monotonic()
+    deadline = start + timeout_s
+    name = f"obsspec-oneshot-{uuid.uuid4().hex[:12]}"  # found by name if create is interrupted
+    buffers = {STDOUT: CappedBuffer(cap_bytes), STDERR: CappedBuffer(cap_bytes)}
     try:
-        container = client.containers.create(
+        container = _create(client, image, command, limits or SandboxLimits(), name, run_id)
+        exit_code = _start_and_read(client, container, buffers, deadline)
+    finally:
+        _remove(client, name)
+    out, err = buffers[STDOUT], buffers[STDERR]
+    return OneShotResult(
+        stdout=out.text(),
+        stderr=err.text(),
+        exit_code=TIMEOUT_EXIT_CODE if exit_code is None else exit_code,
+        seconds=time.monotonic() - start,
+        timed_out=exit_code is None,
+        truncated=out.truncated or err.truncated,
+    )
+
+
+def _create(client, image: str, command: str, limits: SandboxLimits, name: str, run_id: str):
+    import docker.errors
+    from docker.types import LogConfig
+
+    options = container_options(limits, run_id)
+    options["labels"] = {**options["labels"], LABEL: "1"}
+    try:
+        return client.containers.create(
             image,
             ["bash", "-lc", command],
-            hostname=HOSTNAME,
-            network_disabled=True,
-            labels={LABEL: "1", **run_labels("oneshot")},
-            security_opt=["no-new-privileges"],
+            name=name,
+            log_config=LogConfig(type=LogConfig.types.NONE),
             stdin_open=False,
+            tty=False,
+            **options,
         )
     except docker.errors.ImageNotFound:
         raise SandboxError(
@@ -46,17 +94,70 @@ def run_once(client, image: str, command: str, timeout_s: float = 60.0) -> OneSh
         ) from None
     except docker.errors.APIError as e:
         raise SandboxError(f"cannot create a container from {image}: {e.explanation}") from e
-    timed_out = False
+
+
+def _start_and_read(client, container, buffers: dict[int, CappedBuffer], deadline: float):
+    """The command's exit code, or None if it ran past the deadline."""
+    import docker.errors
+
     try:
-        container.start()
+        # Attached before the start, so that no output is missed.
+        raw = client.api.attach_socket(container.id, {"stdout": 1, "stderr": 1, "stream": 1})
+        sock = getattr(raw, "_sock", raw)
         try:
-            exit_code = container.wait(timeout=timeout_s)["StatusCode"]
-        except requests.exceptions.ConnectionError:  # the SDK's read timeout
-            timed_out = True
-            container.kill()
-            exit_code = container.wait(timeout=30)["StatusCode"]
-        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        container.remove(force=True)
-    return OneShotResult(stdout, stderr, exit_code, time.monotonic() - start, timed_out)
+            container.start()
+            ended = _read_frames(sock, buffers, deadline)
+        finally:
+            raw.close()
+            sock.close()
+    except docker.errors.APIError as e:
+        raise SandboxError(f"cannot run the command: {e.explanation}") from e
+    if not ended:
+        return None
+    # Both streams closed: the command has exited (unless it closed them itself).
+    return _wait(container, max(deadline - time.monotonic(), WAIT_GRACE_S))
+
+
+def _read_frames(sock, buffers: dict[int, CappedBuffer], deadline: float) -> bool:
+    """Read the attached stream into the buffers; True when it ended, False at the deadline."""
+    frames = FrameSplitter()
+    while (remaining := deadline - time.monotonic()) > 0:
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(1 << 16)
+        except TimeoutError:
+            return False
+        if not data:
+            return True
+        for kind, piece in frames.feed(data):
+            if kind in buffers:
+                buffers[kind].add(piece)
+    return False
+
+
+def _wait(container, timeout_s: float) -> int | None:
+    import requests.exceptions
+
+    try:
+        return container.wait(timeout=timeout_s)["StatusCode"]
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
+        return None
+
+
+def _remove(client, name: str) -> None:
+    """Kill and remove the container if it exists; a second Ctrl-C does not stop this."""
+    import docker.errors
+
+    def remove() -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                client.api.remove_container(name, force=True, v=True)
+            except docker.errors.APIError as e:
+                if "already in progress" not in str(e):
+                    raise SandboxError(f"could not remove container {name}: {e}") from e
+
+    try:
+        remove()
+    except KeyboardInterrupt:
+        remove()
+        raise

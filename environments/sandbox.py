@@ -100,6 +100,27 @@ def run_labels(run_id: str) -> dict[str, str]:
     return {LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
 
 
+def container_options(limits: SandboxLimits, run_id: str) -> dict:
+    """Docker create options of every container obsspec starts (sandboxes and `env run`):
+    the one place where isolation and limits are set, so that no kind of container drifts."""
+    return {
+        "init": True,  # PID 1 reaps orphans and forwards signals
+        "hostname": HOSTNAME,
+        "labels": run_labels(run_id),
+        "environment": {**SHELL_ENV, **limits.env},
+        # `verify` starts without a network too: network_for_verifier adds it later
+        "network_mode": None if limits.network is NetworkPolicy.all else "none",
+        "nano_cpus": int(limits.cpus * 1e9),
+        "cpuset_cpus": limits.cpuset,
+        "mem_limit": f"{limits.memory_mb}m",
+        "memswap_limit": f"{limits.memory_mb}m",
+        "pids_limit": limits.pids,
+        "security_opt": ["no-new-privileges"],
+        "cap_drop": ["ALL"],
+        "cap_add": KEEP_CAPABILITIES,
+    }
+
+
 class DockerSandbox:
     def __init__(
         self,
@@ -155,28 +176,14 @@ class DockerSandbox:
     def _create(self):
         import docker.errors
 
-        limits = self.limits
         try:
             return self.client.containers.run(
                 self.image,
                 entrypoint=["sleep", "infinity"],
                 command=[],
                 detach=True,
-                init=True,
-                hostname=HOSTNAME,
-                labels=run_labels(self.run_id),
-                environment={**SHELL_ENV, **limits.env},
-                # `verify` starts without a network too: network_for_verifier adds it later
-                network_mode=None if limits.network is NetworkPolicy.all else "none",
-                nano_cpus=int(limits.cpus * 1e9),
-                cpuset_cpus=limits.cpuset,
-                mem_limit=f"{limits.memory_mb}m",
-                memswap_limit=f"{limits.memory_mb}m",
-                pids_limit=limits.pids,
-                security_opt=["no-new-privileges"],
-                cap_drop=["ALL"],
-                cap_add=KEEP_CAPABILITIES,
                 stdin_open=False,
+                **container_options(self.limits, self.run_id),
             )
         except docker.errors.ImageNotFound:
             raise SandboxError(

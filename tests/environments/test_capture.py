@@ -4,7 +4,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from environments.capture import CappedBuffer, MarkedStream
+from environments.capture import CappedBuffer, FrameSplitter, MarkedStream
 from obsspec.types import TRUNCATION_MARKER
 
 MARKER = re.compile(rb"__END_(\d+)__")
@@ -43,3 +43,18 @@ def test_cap_keeps_head_and_tail_only():
     small = CappedBuffer(cap=10)
     small.add(b"0123456789abcdefghij")
     assert not small.truncated and small.text() == "0123456789abcdefghij"
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 2]), st.binary(max_size=40)), max_size=6),
+    st.lists(st.integers(0, 400), max_size=8),
+)
+def test_frames_split_into_streams_wherever_chunks_split(frames, cuts):
+    data = b"".join(bytes([k, 0, 0, 0]) + len(p).to_bytes(4, "big") + p for k, p in frames)
+    splitter = FrameSplitter()
+    got = {1: b"", 2: b""}
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    for a, b in itertools.pairwise(points):
+        for kind, piece in splitter.feed(data[a:b]):
+            got[kind] += piece
+    assert got == {k: b"".join(p for kind, p in frames if kind == k) for k in (1, 2)}
