@@ -15,7 +15,6 @@ Ctrl-C included.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -149,12 +148,13 @@ def _remove(client, name: str) -> None:
     import docker.errors
 
     def remove() -> None:
-        with contextlib.suppress(docker.errors.NotFound):
-            try:
-                client.api.remove_container(name, force=True, v=True)
-            except docker.errors.APIError as e:
-                if "already in progress" not in str(e):
-                    raise SandboxError(f"could not remove container {name}: {e}") from e
+        try:
+            client.api.remove_container(name, force=True, v=True)
+        except docker.errors.NotFound:
+            pass  # never created
+        except docker.errors.APIError as e:
+            if "already in progress" not in str(e):
+                raise SandboxError(f"could not remove container {name}: {e}") from e
 
     try:
         remove()

@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from environments.errors import SandboxError
 from environments.oneshot import OUTPUT_CAP_BYTES, TIMEOUT_EXIT_CODE, run_once
 from environments.sandbox import LABEL_RUN, SandboxLimits
 from obsspec.types import TRUNCATION_MARKER
@@ -86,3 +87,8 @@ def test_endless_output_stops_at_the_timeout(oneshot):
     result = oneshot("yes", timeout_s=3)
     assert result.timed_out and result.truncated and result.seconds < 15
     assert result.stdout.startswith("y\ny\n")
+
+
+def test_missing_image_is_one_clear_error(docker_client):
+    with pytest.raises(SandboxError, match="obsspec/no-such-image:none does not exist"):
+        run_once(docker_client, "obsspec/no-such-image:none", "true")
