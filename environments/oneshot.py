@@ -5,12 +5,15 @@ instead, where a shell survives between commands.
 
 The container is isolated and limited exactly like a sandbox (`container_options`: init,
 no network, cpus, memory, pids, no-new-privileges, few capabilities). Its output never goes
-through Docker's log (log driver `none`): we attach to its stdout and stderr before it starts
-and keep the head and tail of each in a CappedBuffer, so gigabytes of output cost a bounded
-amount of memory. `timeout_s` bounds the call: creating, starting and reading share it; then
-the container is killed and removed (one call, about a second). A timed-out command reports
-exit code 124, as coreutils' `timeout` does. The container is removed however the call ends,
-Ctrl-C included.
+through Docker's log (log driver `none`): we attach to its streams before it starts and keep
+the head and tail of stdout and stderr in CappedBuffers, so gigabytes of output cost a bounded
+amount of memory. The command waits for a newline on stdin before it runs (then its stdin is
+/dev/null): the daemon forwards stdin only once our attachment is complete, so no early output
+is lost. `timeout_s` bounds the call: creating, starting and reading share it (creating and
+starting are not interrupted; a daemon under heavy load can take seconds for them), then the
+container is killed and removed (one call, normally well under a second). A timed-out command
+reports exit code 124, as coreutils' `timeout` does. The container is removed however the call
+ends, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ LABEL = "obsspec.oneshot"
 TIMEOUT_EXIT_CODE = 124
 OUTPUT_CAP_BYTES = 256 * 1024  # per stream, head and tail each (as a sandbox's shell)
 WAIT_GRACE_S = 2.0  # for the exit code once both streams have ended
+LAST_READ_S = 0.05  # at the deadline, output already on its way is still taken
+# `bash -lc command` once the go-ahead newline arrives on stdin.
+WAIT_THEN_RUN = 'IFS= read -r _; exec bash -lc "$1" </dev/null'
 STDOUT, STDERR = 1, 2
 
 
@@ -80,10 +86,10 @@ def _create(client, image: str, command: str, limits: SandboxLimits, name: str, 
     try:
         return client.containers.create(
             image,
-            ["bash", "-lc", command],
+            ["bash", "-c", WAIT_THEN_RUN, "oneshot", command],
             name=name,
             log_config=LogConfig(type=LogConfig.types.NONE),
-            stdin_open=False,
+            stdin_open=True,
             tty=False,
             **options,
         )
@@ -100,11 +106,12 @@ def _start_and_read(client, container, buffers: dict[int, CappedBuffer], deadlin
     import docker.errors
 
     try:
-        # Attached before the start, so that no output is missed.
-        raw = client.api.attach_socket(container.id, {"stdout": 1, "stderr": 1, "stream": 1})
+        streams = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        raw = client.api.attach_socket(container.id, streams)
         sock = getattr(raw, "_sock", raw)
         try:
             container.start()
+            sock.sendall(b"\n")  # the go-ahead (WAIT_THEN_RUN)
             ended = _read_frames(sock, buffers, deadline)
         finally:
             raw.close()
@@ -120,8 +127,8 @@ def _start_and_read(client, container, buffers: dict[int, CappedBuffer], deadlin
 def _read_frames(sock, buffers: dict[int, CappedBuffer], deadline: float) -> bool:
     """Read the attached stream into the buffers; True when it ended, False at the deadline."""
     frames = FrameSplitter()
-    while (remaining := deadline - time.monotonic()) > 0:
-        sock.settimeout(remaining)
+    while True:
+        sock.settimeout(max(deadline - time.monotonic(), LAST_READ_S))
         try:
             data = sock.recv(1 << 16)
         except TimeoutError:
@@ -131,7 +138,8 @@ def _read_frames(sock, buffers: dict[int, CappedBuffer], deadline: float) -> boo
         for kind, piece in frames.feed(data):
             if kind in buffers:
                 buffers[kind].add(piece)
-    return False
+        if time.monotonic() >= deadline:
+            return False
 
 
 def _wait(container, timeout_s: float) -> int | None:

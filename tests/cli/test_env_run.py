@@ -84,7 +84,7 @@ def test_timeout_exits_124_soon(env_run):
     assert result.returncode == 124, result.stderr
     report = json.loads(result.stdout)
     assert (report["exit_code"], report["timed_out"]) == (124, True)
-    assert result.seconds < 10
+    assert result.seconds < 15  # a loaded daemon can take seconds to start a container
 
 
 def test_flood_costs_bounded_memory_and_time(env_run):

@@ -80,12 +80,12 @@ def test_flood_keeps_head_and_tail_of_each_stream(oneshot):
 def test_timeout_reports_124_and_keeps_output(oneshot):
     result = oneshot("echo started; sleep 30", timeout_s=2)
     assert (result.exit_code, result.timed_out) == (TIMEOUT_EXIT_CODE, True)
-    assert result.stdout == "started\n" and result.seconds < 10
+    assert result.stdout == "started\n" and result.seconds < 15
 
 
 def test_endless_output_stops_at_the_timeout(oneshot):
     result = oneshot("yes", timeout_s=3)
-    assert result.timed_out and result.truncated and result.seconds < 15
+    assert result.timed_out and result.truncated and result.seconds < 20
     assert result.stdout.startswith("y\ny\n")
 
 
