@@ -34,10 +34,11 @@ class Fault:
 
 FAULTS = [
     Fault(
-        "a sandbox container is killed",
+        "a sandbox container is killed (while the agent or the verifier runs)",
         "-",
         "`<task> #<i>: attempt 1 failed, SandboxError: the sandbox container is exited, not "
-        "running (killed from outside?) (retrying)`; the episode runs again in a new sandbox",
+        "running (killed from outside?) (retrying)`; the episode runs again in a new sandbox "
+        "(never taken for a broken task)",
         "a `failures.jsonl` line per failed attempt; the row's `attempts`",
         "nothing left to redo",
         (

@@ -5,16 +5,17 @@ The contract this test holds collect to (the README's "What happens when..." tab
 - the run finishes (no hang) and every container it made is removed;
 - no (task, episode) is in the dataset twice; each one is either in the dataset or lost, and
   every lost one has a final record in failures.jsonl, as does every failed attempt;
-- a killed sandbox costs one attempt (retried; the row records `attempts`), an episode whose
-  sandbox is killed on every attempt is lost (exit 1, counted under `failures`), and
-  rerunning the same command runs exactly the lost episodes;
+- a sandbox killed while the agent or the verifier runs costs one attempt (retried; the row
+  records `attempts`; never taken for a broken task), an episode whose sandbox is killed on
+  every attempt is lost (exit 1, counted under `failures`), and rerunning the same command
+  runs exactly the lost episodes;
 - a shell stopped (SIGSTOP) and continued within the command timeout only delays the command;
 - a full disk is the agent's problem, not the infrastructure's: the failing command says
   "No space left on device" and the episode is data, rewarded as the verifier says.
 
-The faults land on moments chosen to be certain (an episode's first command, `sleep 2`, is
-running), on containers chosen by a seeded random generator; the test asserts that each fault
-was applied, so it cannot pass without them.
+The faults land on moments chosen to be certain (an episode's first command, `sleep 2`, or
+its verifier's `sleep 1` is running), on containers chosen by a seeded random generator; the
+test asserts that each fault was applied, so it cannot pass without them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.cli.test_cli import OBSSPEC
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 TASKS = [f"chaos-{i}" for i in range(8)]
 FIRST_COMMAND = "sleep 2"  # the faults strike while it runs: the agent phase, for certain
+VERIFYING = "sleep 1"  # the verifier's first command: the verifier phase, for certain
 STOP_S = 3.0  # how long the shell stays stopped (well under the 60 s command timeout)
 SHM_FILL_MB = 80  # more than the 64 MiB /dev/shm tmpfs holds (removed with the container)
 
@@ -46,9 +48,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 @pytest.fixture
 def tasks(tmp_path) -> Path:
     """Eight greeting tasks whose oracle first sleeps, then drafts the greeting in /dev/shm
-    (where a full disk shows) before copying it to where the verifier looks."""
+    (where a full disk shows) before copying it to where the verifier looks; their verifier
+    sleeps first too."""
     for name in TASKS:
         shutil.copytree(GREETING, tmp_path / "tasks" / name)
+        verifier = tmp_path / "tasks" / name / "tests" / "test.sh"
+        verifier.write_text(verifier.read_text().replace("\nmkdir", f"\n{VERIFYING}\nmkdir", 1))
         (tmp_path / "tasks" / name / "solution" / "solve.sh").write_text(
             "#!/bin/bash\n"
             f"{FIRST_COMMAND}\n"
@@ -60,22 +65,25 @@ def tasks(tmp_path) -> Path:
 
 @dataclass
 class Fault:
+    name: str
     kind: str  # kill, stop or fill
+    during: str = FIRST_COMMAND  # strike while the sandbox runs this command
+    again: str | None = None  # the task of this earlier fault again (its retry's sandbox)
     task: str = ""  # the task whose sandbox it hit (set when applied)
     container: str = ""
-    again: int | None = None  # the task of this earlier fault again (its retry's sandbox)
 
 
 @dataclass
 class Chaos:
-    """The fault loop: a thread that applies `plan` in order to the run's own sandboxes (found
-    by the collect process's pid label), each fault to a sandbox whose episode is running its
-    first command, the sandbox picked at random among those."""
+    """The fault loop: a thread that applies the faults of `plan` to the run's own sandboxes
+    (found by the collect process's pid label), each to a sandbox running the command the
+    fault waits for, of a task no fault has touched (or of the task named by `again`), the
+    sandbox picked at random among those; `applied` maps fault names to what they hit."""
 
     pid: int
     seed: int = 0
     plan: list[Fault] = field(default_factory=list)
-    applied: list[Fault] = field(default_factory=list)
+    applied: dict[str, Fault] = field(default_factory=dict)
     runs: set[str] = field(default_factory=set)  # the obsspec.run labels seen
     errors: list[str] = field(default_factory=list)
 
@@ -112,28 +120,27 @@ class Chaos:
 
         mine = self.client.containers.list(filters={"label": f"obsspec.pid={self.pid}"})
         self.random.shuffle(mine)
-        touched = {fault.task for fault in self.applied}
-        hit = {fault.container for fault in self.applied}
+        touched = {fault.task for fault in self.applied.values()}
+        hit = {fault.container for fault in self.applied.values()}
         for container in mine:
             self.runs.add(container.labels["obsspec.run"])
             task = container.attrs["Config"]["Image"].split("/")[-1].split(":")[0]
-            fault = self.plan[0]
-            if fault.again is None:
-                fits = task not in touched
-            else:
-                fits = task == self.applied[fault.again].task
-            if not fits or container.id in hit or not self.running_first_command(container):
+            if container.id in hit:
                 continue
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                if self.apply(fault, container):
-                    fault.task, fault.container = task, container.id
-                    self.applied.append(self.plan.pop(0))
-            return  # one fault per look: the next one sees the containers as they are now
-
-    @staticmethod
-    def running_first_command(container) -> bool:
-        processes = container.top()["Processes"] or []
-        return any(row[-1] == FIRST_COMMAND for row in processes)
+            commands = {row[-1] for row in container.top()["Processes"] or []}
+            for fault in self.plan:
+                if fault.again is None:
+                    fits = task not in touched
+                else:
+                    fits = fault.again in self.applied and task == self.applied[fault.again].task
+                if not fits or fault.during not in commands:
+                    continue
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    if self.apply(fault, container):
+                        fault.task, fault.container = task, container.id
+                        self.applied[fault.name] = fault
+                        self.plan.remove(fault)
+                return  # one fault per look: the next one sees the containers as they are now
 
     def apply(self, fault: Fault, container) -> bool:
         if fault.kind == "kill":
@@ -191,11 +198,12 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
 
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     plan = [
-        Fault("kill"),  # the doomed task: its retry is killed too (below)
-        Fault("stop"),
-        Fault("fill"),
-        Fault("kill", again=0),  # the doomed task's retry
-        Fault("kill"),  # a task killed once: its retry saves it
+        Fault("doomed", "kill"),  # its retry is killed too: lost
+        Fault("doomed again", "kill", again="doomed"),
+        Fault("stopped", "stop"),
+        Fault("filled", "fill"),
+        Fault("killed once", "kill"),  # its retry saves it
+        Fault("killed verifying", "kill", during=VERIFYING),  # retried, not a broken task
     ]
     with Chaos(proc.pid, seed=20, plan=plan) as chaos:
         deadline = time.monotonic() + 150
@@ -207,7 +215,8 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
             proc.kill()
             pytest.fail(f"collect hung under chaos: {proc.communicate()[1][-3000:]}")
     assert not chaos.plan, f"faults never applied: {chaos.plan}; {chaos.errors}\n{stderr}"
-    doomed, stopped, filled, _, killed_once = chaos.applied
+    doomed, stopped, filled = (chaos.applied[name] for name in ("doomed", "stopped", "filled"))
+    killed_once, killed_verifying = chaos.applied["killed once"], chaos.applied["killed verifying"]
 
     # The run ended, said what it lost, and left no container behind.
     assert proc.returncode == 1, stderr
@@ -227,19 +236,25 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
     assert lost == {(doomed.task, 0)} and set(saved) == expected - lost
     failed_attempts = sorted((r["task_id"], r["attempt"], r["final"]) for r in records)
     assert failed_attempts == sorted(
-        [(doomed.task, 1, False), (doomed.task, 2, True), (killed_once.task, 1, False)]
+        [
+            (doomed.task, 1, False),
+            (doomed.task, 2, True),
+            (killed_once.task, 1, False),
+            (killed_verifying.task, 1, False),
+        ]
     )
     assert all(r["error_type"] == "SandboxError" and r["retryable"] for r in records)
 
     by_task = {row.task_id: row for row in rows.itertuples()}
-    assert by_task[killed_once.task].attempts == 2 and by_task[killed_once.task].reward == 1.0
+    for killed in (killed_once, killed_verifying):
+        assert by_task[killed.task].attempts == 2 and by_task[killed.task].reward == 1.0
     stopped_row = by_task[stopped.task]  # only delayed: its first command took the stop longer
     assert stopped_row.attempts == 1 and stopped_row.reward == 1.0
     assert stopped_row.turns[0]["exec_s"] >= STOP_S
     filled_row = by_task[filled.task]  # data, not a failure: the agent's command failed
     assert filled_row.attempts == 1 and filled_row.reward == 0.0
     assert any("No space left on device" in t["observation"] for t in filled_row.turns)
-    untouched = set(TASKS) - {f.task for f in chaos.applied}
+    untouched = set(TASKS) - {f.task for f in chaos.applied.values()}
     assert all(by_task[t].reward == 1.0 and by_task[t].attempts == 1 for t in untouched)
 
     # Rerunning the same command runs exactly the lost episode.
