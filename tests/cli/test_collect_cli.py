@@ -141,3 +141,18 @@ def test_ctrl_c_or_sigterm_keeps_finished_episodes_and_leaves_no_containers(
     assert any(f"interrupted: {saved} episodes" in line for line in lines), "".join(lines)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
     assert containers_of(proc.pid) == []
+
+
+def test_collect_without_docker_is_one_line_then_resumes(tmp_path, base_image):
+    out = tmp_path / "run"
+    args = ["collect", "--tasks", str(GREETING), "--out", str(out), "--policy", "oracle"]
+    result = obsspec(*args, env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "error: no Docker daemon answers at unix://" in result.stderr
+    assert "hint: start one" in result.stderr
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+
+    result = obsspec(*args, "--json")  # Docker is back: the same command resumes the run
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["missing"] == 0
+    assert episodes_in(out) == [("harbor-greeting", 0)]
