@@ -9,6 +9,7 @@
     ├── ModelError                  unknown model name, failed pull, bad model directory
     │   │                           (obsspec.models)
     │   └── ModelDownloadError      the package index did not deliver (retryable)
+    ├── ClusterUnavailable          no Ray cluster answers at the address given (retryable)
     ├── EngineError                 an inference engine failed to start or to answer
     │   │                           (obsspec.inference)
     │   └── ContextLengthError      the context no longer fits the model (not retryable:
@@ -59,6 +60,12 @@ class ModelError(ObsspecError):
 
 class ModelDownloadError(ModelError):
     """A model's files could not be downloaded; the network or the index may recover."""
+
+    retryable = True
+
+
+class ClusterUnavailable(ObsspecError):
+    """No Ray cluster answers at the address given (it may be starting, or elsewhere)."""
 
     retryable = True
 
