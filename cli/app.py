@@ -60,8 +60,11 @@ def main() -> None:
     # vLLM logs to stdout by default; unconfigured, its warnings go to stderr and stdout stays
     # ours (one JSON object under --json).
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    # Under torchrun only rank 0 prints (cli.training), so only it owes stdout an object.
-    json_stdout.requested = "--json" in sys.argv[1:] and os.environ.get("RANK", "0") == "0"
+    # A guess until the flag is parsed (a usage error stops before): words after `--` are a
+    # command's (env run). Under torchrun only rank 0 prints (cli.training).
+    words = sys.argv[1:]
+    json_stdout.requested = "--json" in words[: words.index("--") if "--" in words else None]
+    json_stdout.silent = os.environ.get("RANK", "0") != "0"
     sys.exit(exits.run(app, debug="--debug" in sys.argv[1:]))
 
 

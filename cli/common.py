@@ -64,8 +64,21 @@ NetworkOption = Annotated[
         rich_help_panel=SANDBOX,
     ),
 ]
+
+
+def json_flag(value: bool) -> bool:
+    """--json as parsed (main's guess from the command line covers what fails before)."""
+    json_stdout.requested = value
+    return value
+
+
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON object on stdout and nothing else there.",
+        callback=json_flag,
+    ),
 ]
 
 
@@ -118,7 +131,8 @@ class JsonOutput:
     returns (what the command had done by then, e.g. collect's summary so far)."""
 
     def __init__(self) -> None:
-        self.requested = False  # --json is on the command line (set by cli.app.main)
+        self.requested = False  # --json: guessed by cli.app.main, then set as parsed
+        self.silent = False  # a torchrun rank other than 0 (only rank 0 prints)
         self.emitted = False
         self.partial: Callable[[], dict] | None = None
 
@@ -129,7 +143,7 @@ class JsonOutput:
 
     def emit_outcome(self, status: str, error: str, hint: str | None, exit_code: int) -> None:
         """The object of a command that ended without its own (nothing if it has one)."""
-        if not self.requested or self.emitted:
+        if not self.requested or self.emitted or self.silent:
             return
         done = self.partial() if self.partial is not None else {}
         self.emit(
