@@ -206,3 +206,41 @@ def test_a_stopped_json_collect_prints_one_object(slow_tasks, tmp_path, base_ima
     assert outcome["status"] == "interrupted" and outcome["exit_code"] == code
     assert outcome["episodes"] >= 1 and outcome["out"] == str(out)  # the summary so far
     assert outcome["hint"] == "rerun the same command to resume"
+
+
+@pytest.mark.docker
+def test_a_commands_own_json_flag_after_dashdash_is_not_ours(base_image):
+    result = obsspec("env", "run", "--", "false", "--json")
+    assert result.returncode == 1 and result.stdout == ""  # the command's exit code, as is
+
+
+@pytest.mark.docker
+def test_sigterm_stops_any_command_with_143_and_one_json_object(base_image):
+    proc = subprocess.Popen(
+        [OBSSPEC, "env", "run", "--json", "--timeout", "120", "--", "sleep", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = subprocess.run(  # the sandbox runs: the command is under way
+        ["sh", "-c", "for i in $(seq 600); do docker ps -q --filter label=obsspec.pid="
+         f"{proc.pid} | grep -q . && exit 0; sleep 0.1; done; exit 1"],
+        timeout=120,
+    )  # fmt: skip
+    assert started.returncode == 0
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    outcome = json.loads(stdout)
+    assert outcome == {
+        "status": "interrupted",
+        "error": "stopped by SIGTERM",
+        "hint": None,
+        "exit_code": 143,
+    }
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=obsspec.pid={proc.pid}"],
+        capture_output=True,
+        text=True,
+    )
+    assert left.stdout.split() == []  # cleanup ran: the container is gone
