@@ -142,6 +142,9 @@ def collect(
     datasets.load_dataset("parquet", data_files="OUT/data/*.parquet")); OUT/manifest.json
     records the run. Rerunning the same command continues where a stopped run left off.
     Other settings (shard size, retries, engine memory) live in the \\[collect] table of --config.
+
+    Exits 0 when every episode asked for is in the dataset, 3 when some are missing
+    (broken tasks, failed episodes: see OUT/failures.jsonl), 1 when none is.
     """
     from obsspec.rollout.collect import collect as run_collection
     from obsspec.rollout.config import load_collect_config
@@ -223,7 +226,10 @@ def not_all_collected(summary: dict, out: Path) -> ObsspecError:
         why.append(f"{len(summary['skipped_tasks'])} task(s) skipped as broken")
     if summary["failures"]:
         kinds = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary["failures"].items()))
-        why.append(f"{sum(summary['failures'].values())} episode(s) failed ({kinds})")
+        why.append(
+            f"{sum(summary['failures'].values())} episode(s) failed ({kinds}): the "
+            "infrastructure on every attempt, or a broken verifier"
+        )
     error = Incomplete if summary["status"] == "incomplete" else ObsspecError
     return error(
         f"{summary['missing']} of {summary['total']} episodes are not in the dataset "
