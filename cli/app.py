@@ -7,17 +7,16 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from cli import collect, doctor, env, episode, models, profile, rl, sft, train_wm
-from cli.common import err
+from cli import collect, doctor, env, episode, exits, models, profile, rl, sft, train_wm
+from cli.common import json_stdout
 from obsspec import __version__
-from obsspec.errors import ObsspecError
 
 app = typer.Typer(
     name="obsspec",
     help="Observation speculation for RL of terminal agents: collect rollouts, train the "
     "world model, run RL, and profile how much speculation saves.",
+    epilog=exits.EPILOG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -61,28 +60,12 @@ def main() -> None:
     # vLLM logs to stdout by default; unconfigured, its warnings go to stderr and stdout stays
     # ours (one JSON object under --json).
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    debug = "--debug" in sys.argv[1:]
-    try:
-        app()
-    except ObsspecError as e:
-        if debug:
-            raise
-        report(str(e), e.hint)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
-    except Exception as e:
-        if debug:
-            raise
-        report(f"unexpected {type(e).__name__}: {e}", "run again with --debug for the traceback")
-        sys.exit(1)
-
-
-def report(message: str, hint: str | None) -> None:
-    err.print(f"[bold red]error:[/bold red] {escape(message)}", markup=True, soft_wrap=True)
-    if hint:
-        err.print(f"[yellow]hint:[/yellow] {escape(hint)}", markup=True, soft_wrap=True)
+    # A guess until the flag is parsed (a usage error stops before): words after `--` are a
+    # command's (env run). Under torchrun only rank 0 prints (cli.training).
+    words = sys.argv[1:]
+    json_stdout.requested = "--json" in words[: words.index("--") if "--" in words else None]
+    json_stdout.silent = os.environ.get("RANK", "0") != "0"
+    sys.exit(exits.run(app, debug="--debug" in sys.argv[1:]))
 
 
 if __name__ == "__main__":

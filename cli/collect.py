@@ -22,6 +22,7 @@ from cli.common import (
     emit_json,
     err,
     global_config,
+    json_stdout,
     out,
     task_access_flags,
 )
@@ -35,7 +36,7 @@ from cli.speculation_options import (
     speculation_flags,
 )
 from obsspec.agent.protocol import ActionFormat
-from obsspec.errors import ObsspecError
+from obsspec.errors import Incomplete, ObsspecError
 
 T = TypeVar("T")
 RUN = "Run"
@@ -141,6 +142,9 @@ def collect(
     datasets.load_dataset("parquet", data_files="OUT/data/*.parquet")); OUT/manifest.json
     records the run. Rerunning the same command continues where a stopped run left off.
     Other settings (shard size, retries, engine memory) live in the \\[collect] table of --config.
+
+    Exits 0 when every episode asked for is in the dataset, 3 when some are missing
+    (broken tasks, failed episodes: see OUT/failures.jsonl), 1 when none is.
     """
     from obsspec.rollout.collect import collect as run_collection
     from obsspec.rollout.config import load_collect_config
@@ -187,6 +191,15 @@ def collect(
         view.stats = stats  # what Ctrl-C reports
         show(event, stats)
 
+    def so_far() -> dict:
+        """Under --json, an interrupted or failed run still reports what it did."""
+        if view.stats is None:
+            return {"out": str(collect_config.out)}
+        hint = "rerun the same command to resume"
+        return {**view.stats.summary(), "out": str(collect_config.out), "hint": hint}
+
+    json_stdout.partial = so_far
+
     with view.live(err) if live else contextlib.nullcontext():
         try:
             summary = asyncio.run(
@@ -202,15 +215,27 @@ def collect(
         emit_json(summary)
     else:
         out.print(summary_table(summary))
+    if summary["missing"]:
+        raise not_all_collected(summary, collect_config.out)
+
+
+def not_all_collected(summary: dict, out: Path) -> ObsspecError:
+    """Exit code 3 when some episodes asked for are in the dataset, 1 when none is."""
+    why = []
+    if summary["skipped_tasks"]:
+        why.append(f"{len(summary['skipped_tasks'])} task(s) skipped as broken")
     if summary["failures"]:
-        lost = sum(summary["failures"].values())
         kinds = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary["failures"].items()))
-        raise ObsspecError(
-            f"{lost} episode(s) are not in the dataset ({kinds}): the infrastructure failed on "
-            "every attempt, or a task is broken (a VerifierError is not retried); see "
-            f"{collect_config.out / 'failures.jsonl'}",
-            hint="fix the broken tasks, then rerun the same command to retry them",
+        why.append(
+            f"{sum(summary['failures'].values())} episode(s) failed ({kinds}): the "
+            "infrastructure on every attempt, or a broken verifier"
         )
+    error = Incomplete if summary["status"] == "incomplete" else ObsspecError
+    return error(
+        f"{summary['missing']} of {summary['total']} episodes are not in the dataset "
+        f"({'; '.join(why) or 'not run'}); see {out / 'failures.jsonl'}",
+        hint="fix the broken tasks, then rerun the same command to run the missing episodes",
+    )
 
 
 async def stop_on_sigterm(work: Coroutine[Any, Any, T]) -> T:
@@ -218,8 +243,10 @@ async def stop_on_sigterm(work: Coroutine[Any, Any, T]) -> T:
     the run as cleanly as Ctrl-C does: finished episodes saved, containers removed."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
+    outside = signal.getsignal(signal.SIGTERM)  # cli.exits': SIGTERM after the run stops too
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
         return await work
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, outside)

@@ -64,8 +64,21 @@ NetworkOption = Annotated[
         rich_help_panel=SANDBOX,
     ),
 ]
+
+
+def json_flag(value: bool) -> bool:
+    """--json as parsed (main's guess from the command line covers what fails before)."""
+    json_stdout.requested = value
+    return value
+
+
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON object on stdout and nothing else there.",
+        callback=json_flag,
+    ),
 ]
 
 
@@ -111,9 +124,44 @@ def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v not in (None, {})}
 
 
+class JsonOutput:
+    """Under --json, stdout carries exactly one JSON object, however the command ends: the
+    command's own (emit_json), or else the outcome cli.app.main writes for a usage error, an
+    error, Ctrl-C or SIGTERM: {"status", "error", "hint", "exit_code"} over what `partial()`
+    returns (what the command had done by then, e.g. collect's summary so far)."""
+
+    def __init__(self) -> None:
+        self.requested = False  # --json: guessed by cli.app.main, then set as parsed
+        self.silent = False  # a torchrun rank other than 0 (only rank 0 prints)
+        self.emitted = False
+        self.partial: Callable[[], dict] | None = None
+
+    def emit(self, payload: Any) -> None:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+        self.emitted = True
+
+    def emit_outcome(self, status: str, error: str, hint: str | None, exit_code: int) -> None:
+        """The object of a command that ended without its own (nothing if it has one)."""
+        if not self.requested or self.emitted or self.silent:
+            return
+        done = self.partial() if self.partial is not None else {}
+        self.emit(
+            {
+                **done,
+                "status": status,
+                "error": error,
+                "hint": hint or done.get("hint"),
+                "exit_code": exit_code,
+            }
+        )
+
+
+json_stdout = JsonOutput()
+
+
 def emit_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    json_stdout.emit(payload)
 
 
 def progress_printer(quiet: bool = False) -> Callable[[str], None]:

@@ -115,9 +115,9 @@ def profile(
         report = asyncio.run(
             stop_on_sigterm(run_profile(profile_config, settings.paths.models_dir, printer(err)))
         )
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError) as stop:
         err.print("interrupted: nothing was written to report.json")
-        raise typer.Exit(130) from None
+        raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
     if json_output:
         emit_json(report)
         return

@@ -21,11 +21,19 @@ class DockerUnavailable(EnvironmentFailure):
 
 
 class ImageBuildError(EnvironmentFailure):
+    """The message is one line; the last lines of the build log are `log_tail` (also the
+    error's `details`, which the CLI shows with --debug)."""
+
     def __init__(self, message: str, *, log_tail: list[str] | None = None, hint: str | None = None):
-        self.log_tail = log_tail or []
-        if self.log_tail:
-            message = message + "\n  " + "\n  ".join(self.log_tail)
-        super().__init__(message, hint=hint)
+        super().__init__(message, hint=hint, details=log_tail or [])
+
+    @property
+    def log_tail(self) -> list[str]:
+        return self.details
+
+    def with_log(self) -> str:
+        """The message, then the log tail indented (for reports that keep the whole story)."""
+        return "\n  ".join([str(self), *self.log_tail])
 
 
 class MissingImageError(ImageBuildError):
@@ -52,8 +60,10 @@ class VerifierError(EnvironmentFailure):
 class TaskFormatError(EnvironmentFailure):
     retryable = False
 
-    def __init__(self, path, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self, path, message: str, *, field: str | None = None, hint: str | None = None
+    ) -> None:
         self.path = path
         self.field = field
         where = f"{path}: field '{field}'" if field else str(path)
-        super().__init__(f"{where}: {message}")
+        super().__init__(f"{where}: {message}", hint=hint)

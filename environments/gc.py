@@ -42,7 +42,9 @@ def owner_alive(pid_label: str | None) -> bool:
 
 def obsspec_containers(client, run_id: str | None = None) -> list:
     label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
-    return client.containers.list(all=True, filters={"label": label})
+    # ignore_removed: a container another process removes between the listing and its
+    # inspection is gone, not an error (concurrent runs collect each other's dead ones).
+    return client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
 
 def gc_containers(client, *, everything: bool = False, dry_run: bool = False) -> GcReport:
@@ -71,7 +73,8 @@ def remove_task_images(client, *, dry_run: bool = False) -> list[str]:
 
     from environments.tasks.images import TASK_REPO
 
-    in_use = {c.image.id for c in client.containers.list(all=True) if c.image is not None}
+    containers = client.containers.list(all=True, ignore_removed=True)
+    in_use = {c.image.id for c in containers if c.image is not None}
     removed = []
     for image in client.images.list(name=f"{TASK_REPO}/*"):
         if image.id in in_use:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from environments.errors import VerifierError
+from environments.errors import ImageBuildError, VerifierError
 from environments.sandbox import DockerSandbox, NetworkPolicy, with_network
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
@@ -87,6 +87,8 @@ async def validate_task(
     start = time.monotonic()
     try:
         image = await images.ensure(task)
+    except ImageBuildError as e:
+        report.errors.append(e.with_log())  # the report is the place for the build log
     except ObsspecError as e:
         report.errors.append(str(e))
     else:

@@ -1,11 +1,15 @@
 """The base of every error obsspec raises on purpose.
 
     ObsspecError                    base; `retryable` says whether trying again may help,
-    │                               `hint` says what the user can do about it
+    │                               `hint` says what the user can do about it, `details`
+    │                               holds extra lines (a build log's tail) kept out of the
+    │                               one-line message, `exit_code` is the CLI's exit code
+    ├── Incomplete                  a command did part of what it was asked (exit code 3)
     ├── ConfigError                 a bad flag, config file or field (obsspec.config)
     ├── ModelError                  unknown model name, failed pull, bad model directory
     │   │                           (obsspec.models)
     │   └── ModelDownloadError      the package index did not deliver (retryable)
+    ├── ClusterUnavailable          no Ray cluster answers at the address given (retryable)
     ├── EngineError                 an inference engine failed to start or to answer
     │   │                           (obsspec.inference)
     │   └── ContextLengthError      the context no longer fits the model (not retryable:
@@ -16,21 +20,34 @@
         └── SandboxError            a container could not be started or driven
 
 Infrastructure failures are retryable; a bad name or a bad file is not. The CLI prints
-`error: <message>` and, when there is one, `hint: <hint>`, and exits non-zero; it shows a
-traceback only with `--debug`.
+`error: <message>` and, when there is one, `hint: <hint>`, and exits with `exit_code`; it
+shows the details and a traceback only with `--debug`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class ObsspecError(Exception):
     """Base class: a failure obsspec anticipated and can explain in one line."""
 
     retryable: bool = False
+    exit_code: int = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, details: Sequence[str] = ()
+    ) -> None:
         super().__init__(message)
         self.hint = hint
+        self.details = list(details)
+
+
+class Incomplete(ObsspecError):
+    """The command did part of what it was asked (e.g. collect: some episodes are missing);
+    its output says what was done, and rerunning it may do the rest."""
+
+    exit_code = 3
 
 
 class ConfigError(ObsspecError):
@@ -43,6 +60,12 @@ class ModelError(ObsspecError):
 
 class ModelDownloadError(ModelError):
     """A model's files could not be downloaded; the network or the index may recover."""
+
+    retryable = True
+
+
+class ClusterUnavailable(ObsspecError):
+    """No Ray cluster answers at the address given (it may be starting, or elsewhere)."""
 
     retryable = True
 

@@ -22,6 +22,7 @@ from collections import deque
 from pathlib import Path
 
 from obsspec.agent.protocol import ActionFormat
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import load_full_weights, save_hf_weights
 from obsspec.train.config import TrainSettings
@@ -66,11 +67,10 @@ class CoTrainer:
         device: str = "auto",
     ) -> None:
         import torch
-        from transformers import AutoTokenizer
 
         torch.manual_seed(seed)
         self.settings = settings
-        tokenizer = AutoTokenizer.from_pretrained(base)
+        tokenizer = load_tokenizer(base)
         self.prompt = world_model_prompt(tokenizer, action_format)
         self.pad_id = tokenizer.pad_token_id or 0
         self.where = placement(TrainSettings(device=device))

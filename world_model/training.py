@@ -16,6 +16,7 @@ from pathlib import Path
 
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train import distributed
 from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.fresh import call_in_fresh_process
@@ -52,13 +53,12 @@ def train_world_model(
     note: Note,
     on_prediction: Callable[[int, int], None] = lambda done, total: None,
 ) -> dict:
-    from transformers import AutoTokenizer
 
     base = resolve_model(config.base, models_dir)
     families = set(config.held_out_families) if config.held_out_families else None
     data = load_data(
         config.data,
-        AutoTokenizer.from_pretrained(base),
+        load_tokenizer(base),
         eval_dirs=config.eval_data,
         held_out_fraction=config.held_out,
         held_out_families=families,
@@ -134,13 +134,12 @@ def evaluate_world_model(
     on_prediction: Callable[[int, int], None],
     note: Note,
 ) -> dict:
-    from transformers import AutoTokenizer
 
     model = resolve_model(config.model, models_dir)
     record = read_record(model) or {}
     trained = set(record.get("trained_task_hashes", []))
     prompt, examples, report, excluded = load_eval_data(
-        config.data, AutoTokenizer.from_pretrained(model), trained_hashes=trained
+        config.data, load_tokenizer(model), trained_hashes=trained
     )
     note(
         f"evaluating {len(examples)} turns of {len(report.held_out_tasks)} unseen task(s)"

@@ -141,4 +141,6 @@ class TaskImages:
                 f"building {plan.tag} took over {task.build_timeout_s:g} s"
             ) from None
         except ImageBuildError as e:
-            raise ImageBuildError(f"task {task.id} ({task.path}): {e}") from e
+            raise ImageBuildError(
+                f"task {task.id} ({task.path}): {e}", log_tail=e.log_tail, hint=e.hint
+            ) from e

@@ -48,7 +48,12 @@ def task_dirs(spec: str) -> list[Path]:
         elif path.is_dir():
             found += sorted(p for p in path.iterdir() if p.is_dir() and is_task_dir(p))
     if not found:
-        raise TaskFormatError(Path(spec), "no task directories found")
+        raise TaskFormatError(
+            Path(spec),
+            "no task directories found",
+            hint="give a task directory (with task.toml or task.yaml), a directory of them, "
+            "or a glob; `obsspec env generate --out DIR` writes a suite of tasks",
+        )
     return sorted(set(found))
 
 

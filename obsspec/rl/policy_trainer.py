@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rl.config import GRPOSettings
 from obsspec.rl.grpo import LossParts, ResponseLogprobs, clipped_policy_loss
 from obsspec.train import distributed, sharding
@@ -51,7 +52,6 @@ class PolicyTrainer:
         self, base: Path, settings: GRPOSettings, seed: int, *, device: str = "auto"
     ) -> None:
         import torch
-        from transformers import AutoTokenizer
 
         torch.manual_seed(seed)
         self.settings = settings
@@ -67,7 +67,7 @@ class PolicyTrainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
         )
-        self.pad_id = AutoTokenizer.from_pretrained(base).pad_token_id or 0
+        self.pad_id = load_tokenizer(base).pad_token_id or 0
 
     def load(self, base: Path) -> ResponseLogprobs:
         net = ResponseLogprobs(load_model(base, self.where, None))

@@ -10,8 +10,10 @@ It reads top to bottom:
     same run resumed (a different run there is refused unless overwrite)
     read which episodes the finished shards already hold; plan the rest
     run them: in this process, or split across Ray workers
-    every event updates the totals; shards update the manifest; failed attempts go to
-    failures.jsonl; the manifest's status says how the invocation ended
+    every event updates the totals; shards update the manifest; failed attempts and skipped
+    tasks go to failures.jsonl; the manifest's status says how the invocation ended:
+    complete (every episode asked for is in the dataset), incomplete (some are), empty (none
+    is: e.g. every task is broken), interrupted or failed
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from environments.tasks.model import Task
+from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
@@ -47,8 +51,9 @@ async def collect(
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
     # Bad input fails before anything is made: an unknown model or world model (or one with
-    # another tokenizer), no tasks, a broken task under strict, an unusable run directory.
-    policy_model(config, models_dir)
+    # another tokenizer, or one that does not load), no tasks, a broken task under strict, an
+    # unusable run directory.
+    load_tokenizer(policy_model(config, models_dir))
     check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
     if config.is_oracle:  # a task whose solution the oracle cannot play is skipped, named
@@ -66,8 +71,12 @@ async def collect(
         done = completed_episodes(rundir.data)
         check_unchanged(tasks, done)
         items = plan_items(tasks, config.episodes_per_task, config.seed, set(done))
-        total = len(tasks) * config.episodes_per_task
-        stats = CollectStats(total=total, already_done=total - len(items))
+        # Every task found is asked for: one that does not load, or that its image or the
+        # oracle cannot run, counts as missing episodes, wherever it was found broken.
+        total = (len(tasks) + len(broken)) * config.episodes_per_task
+        stats = CollectStats(
+            total=total, already_done=len(tasks) * config.episodes_per_task - len(items)
+        )
         manifest.update(
             config=config.model_dump(mode="json"),
             tasks={task.id: task.content_hash for task in tasks},
@@ -79,12 +88,14 @@ async def collect(
             stats.update(event)
             if isinstance(event, AttemptFailed):
                 rundir.record_failure({"event": "attempt_failed", **asdict(event)})
+            if isinstance(event, TaskSkipped):
+                rundir.record_failure({"event": "task_skipped", **asdict(event)})
             if isinstance(event, ShardWritten | TaskSkipped):
                 write_progress(rundir, manifest, stats)
             on_event(event, stats)
 
         for path, reason in broken.items():
-            handle(TaskSkipped(path, reason))
+            handle(TaskSkipped(path, reason, config.episodes_per_task))
         write_progress(rundir, manifest, stats)
         try:
             await run_workers(
@@ -93,8 +104,10 @@ async def collect(
         except BaseException as e:
             stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
             write_progress(rundir, manifest, stats, status="interrupted" if stopped else "failed")
+            if isinstance(e, ObsspecError) and e.details:  # e.g. --strict and a build's log
+                keep_details(rundir, e)
             raise
-        status = "complete" if stats.missing == 0 else "incomplete"
+        status = run_status(stats)
         write_progress(rundir, manifest, stats, status=status)
     return {**stats.summary(), "out": str(config.out), "status": status}
 
@@ -129,6 +142,28 @@ async def run_workers(
         from obsspec.rollout.ray_workers import run_on_ray
 
         await run_on_ray(jobs, config.ray_address, handle)
+
+
+def run_status(stats: CollectStats) -> str:
+    if stats.missing == 0:
+        return "complete"
+    return "incomplete" if stats.collected else "empty"
+
+
+def keep_details(rundir: RunDir, error: ObsspecError) -> None:
+    """The error's extra lines move to failures.jsonl, and its hint says so: the message the
+    user reads stays one line."""
+    rundir.record_failure(
+        {
+            "event": "run_failed",
+            "error_type": type(error).__name__,
+            "error": str(error),
+            "log_tail": error.details,
+        }
+    )
+    where = f"the log's last lines are in {rundir.failures_path}"
+    error.hint = f"{error.hint}; {where}" if error.hint else where
+    error.details = []
 
 
 def write_progress(

@@ -60,9 +60,13 @@ class AttemptFailed:
 
 @dataclass(frozen=True)
 class TaskSkipped:
+    """A task that does not load, that the oracle cannot play, or whose image does not build:
+    its episodes are missing from the run (recorded in failures.jsonl)."""
+
     task_id: str  # or the task directory, when the task did not even load
-    reason: str
+    reason: str  # one line
     episodes: int = 0  # planned episodes of the task that will not run
+    log_tail: tuple[str, ...] = ()  # the last lines of a failed image build
 
 
 @dataclass(frozen=True)

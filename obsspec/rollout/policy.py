@@ -22,6 +22,7 @@ from obsspec.config import DEFAULT_MODEL
 from obsspec.errors import ConfigError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import CollectConfig
 
 
@@ -97,11 +98,10 @@ async def open_policy(
     config: CollectConfig, models_dir: Path, *, engine: Engine | None = None
 ) -> AsyncIterator[Policy]:
     """Load the tokenizer and start the engine (unless one is given: tests share theirs)."""
-    from transformers import AutoTokenizer
 
     model_dir = policy_model(config, models_dir)
     role = observation_role(config.limits.action_format)
-    builder = ChatContextBuilder(AutoTokenizer.from_pretrained(model_dir), role)
+    builder = ChatContextBuilder(load_tokenizer(model_dir), role)
     name = config.policy
     async with contextlib.AsyncExitStack() as stack:
         if engine is None and not config.is_oracle:

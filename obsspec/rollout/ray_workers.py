@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
 from collections.abc import Callable
 
-from obsspec.errors import EngineError, ObsspecError
+from obsspec.errors import ClusterUnavailable, EngineError, ObsspecError
 from obsspec.rollout.events import Event
 from obsspec.rollout.worker import WorkerJob, run_worker
 
@@ -59,13 +61,7 @@ async def run_on_ray(
 
     started_here = not ray.is_initialized()
     if started_here:
-        env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": env},
-        )
+        join_ray(ray, address)
     actors = []
     try:
         actor_class = ray.remote(CollectActor).options(**placement(ray, jobs))
@@ -76,6 +72,33 @@ async def run_on_ray(
             ray.kill(actor)
         if started_here:
             ray.shutdown()
+
+
+def join_ray(ray, address: str | None) -> None:
+    """ray.init: join the cluster at address, or start a local one (None). No cluster there
+    is ClusterUnavailable; Ray's SIGTERM handler (exit at once, engines and containers left
+    behind) is replaced by the one the caller had, which stops the run cleanly."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}},
+        )
+    except ConnectionError as e:
+        raise ClusterUnavailable(
+            f"--ray-address {address}: no Ray cluster answers there ({first_line(e)})",
+            hint="start one (`ray start --head`), or leave out --ray-address to start a local "
+            "cluster for the run",
+        ) from e
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def placement(ray, jobs: list[WorkerJob]) -> dict:

@@ -20,6 +20,7 @@ from obsspec.config import GlobalConfig
 from obsspec.inference.openai_http import OpenAIEngine
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.trajectory import Trajectory
 
 
@@ -38,11 +39,8 @@ async def watch_episode(
     task = load_task(task_dir)  # bad input fails fast, before the heavy imports
     task = task.model_copy(update={"limits": with_network(task.limits, network)})
     model_dir = resolve_model(model, settings.paths.models_dir)
-    from transformers import AutoTokenizer
 
-    builder = ChatContextBuilder(
-        AutoTokenizer.from_pretrained(model_dir), observation_role(limits.action_format)
-    )
+    builder = ChatContextBuilder(load_tokenizer(model_dir), observation_role(limits.action_format))
     with run_scope("episode") as (client, run_id):
         images = TaskImages(client, image_map=settings.images.map, on_log=on_log)
         image = await images.ensure(task)

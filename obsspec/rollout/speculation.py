@@ -17,6 +17,7 @@ from pathlib import Path
 from obsspec.errors import ModelError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.policy import Policy
 from obsspec.speculation.predictor import Predictor
@@ -26,8 +27,6 @@ from obsspec.speculation.runner import SpeculativeLoop
 def check_world_model(config: CollectConfig, models_dir: Path) -> None:
     """The world model exists and shares the policy's tokenizer (guesses are compared as the
     policy's tokens), checked before anything starts."""
-    from transformers import AutoTokenizer
-
     from obsspec.rollout.policy import policy_model
     from world_model.prompt import check_same_tokenizer
 
@@ -39,8 +38,8 @@ def check_world_model(config: CollectConfig, models_dir: Path) -> None:
     except ModelError as e:
         raise type(e)(f"--world-model (speculation.world_model): {e}", hint=e.hint) from e
     check_same_tokenizer(
-        AutoTokenizer.from_pretrained(policy_model(config, models_dir)),
-        AutoTokenizer.from_pretrained(wm_dir),
+        load_tokenizer(policy_model(config, models_dir)),
+        load_tokenizer(wm_dir),
         policy=config.policy,
         wm=name,
     )

@@ -19,7 +19,7 @@ from obsspec.speculation.totals import SpeculationTotals
 
 @dataclass
 class CollectStats:
-    total: int  # episodes the run asks for (tasks that loaded x episodes per task)
+    total: int  # episodes the run asks for (tasks found, broken ones too, x episodes per task)
     already_done: int  # found in the run directory at start (a resumed run)
     started: float = field(default_factory=time.monotonic)
     collecting_since: float | None = None  # the first worker ready (images built, engine up)

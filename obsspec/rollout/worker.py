@@ -137,7 +137,8 @@ async def build_images(
         except ImageBuildError as e:
             if strict:
                 raise
-            emit(TaskSkipped(task_id, f"image build failed: {e}", planned[task_id]))
+            reason = f"image build failed: {e}"
+            emit(TaskSkipped(task_id, reason, planned[task_id], tuple(e.log_tail)))
             return task_id, None
 
     built = await asyncio.gather(*(one(task_id) for task_id in planned))

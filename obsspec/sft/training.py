@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.sft.config import EvalPolicyConfig, SFTConfig, check_eval_tasks
 from obsspec.sft.data import load_policy_data
 from obsspec.sft.evaluate import evaluate_policy, held_out_tasks
@@ -34,14 +35,11 @@ def train_policy(
     note: Note,
     on_episodes: OnEpisodes = lambda arm, done, total: None,
 ) -> dict:
-    from transformers import AutoTokenizer
 
     if config.evaluate:
         check_eval_tasks(config.eval, training=True)
     base = resolve_model(config.base, models_dir)
-    data = load_policy_data(
-        config.data, AutoTokenizer.from_pretrained(base), min_reward=config.min_reward
-    )
+    data = load_policy_data(config.data, load_tokenizer(base), min_reward=config.min_reward)
     if config.evaluate:  # before training: a wrong task set must not cost a training run
         held_out_tasks(config.eval.tasks, data.task_hashes)
     packed = pack(data.samples, config.train.max_len)

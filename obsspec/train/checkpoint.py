@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from obsspec.errors import ConfigError
+from obsspec.models.tokenizer import load_tokenizer
 
 PREFIX = "step-"
 
@@ -117,7 +118,6 @@ def load_full_weights(model, folder: Path) -> None:
 def save_final(model, base: Path, out: Path, dtype: str) -> None:
     """Merge any LoRA adapter, save weights and the base's tokenizer into `out`."""
     import torch
-    from transformers import AutoTokenizer
 
     from obsspec.train.model import is_peft
 
@@ -127,7 +127,7 @@ def save_final(model, base: Path, out: Path, dtype: str) -> None:
     tmp = out / ".model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
-    AutoTokenizer.from_pretrained(base).save_pretrained(tmp)
+    load_tokenizer(base).save_pretrained(tmp)
     for path in sorted(tmp.iterdir(), key=lambda p: p.name == "config.json"):
         os.replace(path, out / path.name)  # config.json last: a loader sees weights first
     tmp.rmdir()

@@ -25,6 +25,7 @@ from typing import Any
 
 from obsspec.config import first_difference
 from obsspec.errors import ConfigError, ObsspecError
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import (
@@ -186,7 +187,6 @@ def train(
     progress: Callable[[StepProgress], None] = lambda _: None,
 ) -> TrainOutcome:
     import torch
-    from transformers import AutoTokenizer
 
     if not sequences:
         raise ConfigError("nothing to train on: no sequence has a labelled token")
@@ -202,7 +202,7 @@ def train(
     model = load_model(base, where, settings.lora)
     if state is not None:
         load_weights(model, state["checkpoint"])
-    pad_id = AutoTokenizer.from_pretrained(base).pad_token_id or 0
+    pad_id = load_tokenizer(base).pad_token_id or 0
     plans = EpochPlans(sequences, settings, ranks.world)
     check_memory(model, settings, where, max(plans.lengths))
     total_steps = plans.steps_per_epoch * settings.epochs

@@ -118,6 +118,8 @@ async def test_failing_build_shows_the_log_tail(harbor, docker_client, base_imag
     )
     with pytest.raises(ImageBuildError) as info:
         await TaskImages(docker_client).ensure(load_task(harbor))
-    message = str(info.value)
-    assert "harbor-greeting" in message and "preparing" in message
-    assert "returned a non-zero code: 3" in message
+    message = str(info.value)  # one line; the log's tail rides along as details
+    assert "harbor-greeting" in message and "returned a non-zero code: 3" in message
+    assert "\n" not in message
+    assert any("preparing" in line for line in info.value.log_tail)
+    assert "preparing" in info.value.with_log()

@@ -114,8 +114,14 @@ async def test_broken_task_is_skipped_and_others_run(tmp_path, settings, base_im
     (tasks / "greet-b" / "task.toml").write_text("[agent]\ntimeout_sec = 'later'\n")
     config = CollectConfig(tasks=str(tasks), out=tmp_path / "run", policy="oracle")
     summary = await collect(config, settings.paths.models_dir)
-    assert summary["episodes"] == 1 and summary["total"] == 1
+    # The broken task's episode was asked for: it is missing, as an unbuildable task's is.
+    assert summary["episodes"] == 1 and summary["total"] == 2 and summary["missing"] == 1
+    assert summary["status"] == "incomplete"
     assert list(summary["skipped_tasks"]) == [str(tasks / "greet-b")]
+    failures = [json.loads(line) for line in (config.out / "failures.jsonl").open()]
+    assert [(f["event"], f["task_id"]) for f in failures] == [
+        ("task_skipped", str(tasks / "greet-b"))
+    ]
 
 
 async def test_a_run_stops_when_episode_after_episode_fails(tmp_path, settings, base_image):
