@@ -6,8 +6,9 @@ It reads top to bottom:
 
     check the policy's model (and the world model's tokenizer) and load the tasks (broken
     ones are reported and skipped, or fatal with strict)
-    check the run directory (writable, free space), lock it, and claim it: a new run, or the
-    same run resumed (a different run there is refused unless overwrite)
+    check the run directory, touching nothing: a new run, the same run resumed (its tasks
+    unchanged), or a run with no finished episode replaced; another run there is refused
+    unless overwrite; then make it (writable, free space), lock it, and claim it
     read which episodes the finished shards already hold; plan the rest
     run them: in this process, or split across Ray workers
     every event updates the totals; shards update the manifest; failed attempts go to
@@ -26,7 +27,7 @@ from environments.tasks.model import Task
 from obsspec.inference.base import Engine
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
-from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
+from obsspec.rollout.events import AttemptFailed, Event, Note, ShardWritten, TaskSkipped
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
 from obsspec.rollout.policy import playable_tasks, policy_model
 from obsspec.rollout.rundir import RunDir, now
@@ -55,6 +56,9 @@ async def collect(
         tasks, refused = playable_tasks(tasks, config.limits.action_format, strict=config.strict)
         broken.update(refused)
     rundir = RunDir(config.out)
+    verdict = rundir.check(config.identity(), overwrite=config.overwrite)
+    if verdict.resumes:
+        check_unchanged(tasks, completed_episodes(rundir.data))
     rundir.preflight(config.min_free_mb)
     with rundir.locked():
         manifest = rundir.claim(config.identity(), overwrite=config.overwrite) or {
@@ -64,7 +68,6 @@ async def collect(
         }
         rundir.clean_partial()
         done = completed_episodes(rundir.data)
-        check_unchanged(tasks, done)
         items = plan_items(tasks, config.episodes_per_task, config.seed, set(done))
         total = len(tasks) * config.episodes_per_task
         stats = CollectStats(total=total, already_done=total - len(items))
@@ -83,6 +86,8 @@ async def collect(
                 write_progress(rundir, manifest, stats)
             on_event(event, stats)
 
+        if verdict.note:
+            handle(Note(verdict.note))
         for path, reason in broken.items():
             handle(TaskSkipped(path, reason))
         write_progress(rundir, manifest, stats)
