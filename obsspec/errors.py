@@ -47,6 +47,11 @@ class ModelDownloadError(ModelError):
     retryable = True
 
 
+class ClusterError(ObsspecError):
+    """The Ray cluster does not answer at the address given, or lacks what the run asks for;
+    the same command fails again until the cluster or the settings change."""
+
+
 class EngineError(ObsspecError):
     """An inference engine failed to start or to answer."""
 

@@ -48,13 +48,18 @@ async def collect(
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
     # Bad input fails before anything is made: an unknown model or world model (or one with
-    # another tokenizer), no tasks, a broken task under strict, an unusable run directory.
+    # another tokenizer), no tasks, a broken task under strict, a Ray address where no
+    # cluster answers, a run directory this run may not use.
     policy_model(config, models_dir)
     check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
     if config.is_oracle:  # a task whose solution the oracle cannot play is skipped, named
         tasks, refused = playable_tasks(tasks, config.limits.action_format, strict=config.strict)
         broken.update(refused)
+    if config.workers and config.ray_address:
+        from obsspec.rollout.ray_workers import check_answers
+
+        check_answers(config.ray_address)  # no cluster there: fail before anything is made
     rundir = RunDir(config.out)
     verdict = rundir.check(config.identity(), overwrite=config.overwrite)
     if verdict.resumes:

@@ -205,3 +205,5 @@ def test_gpus_asked_for_but_absent_are_a_clear_error(rl_tasks, tiny_model_dir, t
     )  # fmt: skip
     assert result.returncode == 1
     assert "asks for 2 GPUs" in result.stderr and "has 0" in result.stderr
+    assert not (tmp_path / "out").exists()  # the same command, corrected, is not refused
+    assert "trainer_gpus = 0" in result.stderr  # the hint: how to run on CPUs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from obsspec.errors import ConfigError
+from obsspec.errors import ClusterError, ConfigError
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.events import Note
@@ -55,6 +55,13 @@ async def test_a_refused_collect_leaves_the_directory_as_it_found_it(tmp_path, s
             await collect(config, settings.paths.models_dir)
         assert snapshot(config.out) == before, message
     assert not (tmp_path / "new").exists()  # not even the parent of a refused --out is made
+
+
+async def test_no_cluster_at_the_ray_address_fails_before_anything_is_made(tmp_path, settings):
+    config = oracle(tmp_path / "run", workers=1, ray_address="127.0.0.1:1")  # nothing on port 1
+    with pytest.raises(ClusterError, match=r"no Ray cluster answers at 127\.0\.0\.1:1"):
+        await collect(config, settings.paths.models_dir)  # in seconds: Ray would retry minutes
+    assert not config.out.exists()
 
 
 @pytest.mark.docker
