@@ -114,6 +114,7 @@ class RLRunDir:
         """With the lock held: check again, then clear OUT for a new run (overwrite, or one
         that finished no step) or tidy it for a resumed one."""
         replacing = self.check(resume=resume, overwrite=overwrite) is not None
+        self.root.mkdir(parents=True, exist_ok=True)
         if overwrite or replacing:
             for entry in self.root.iterdir():
                 if entry.name == LOCK:

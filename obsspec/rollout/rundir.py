@@ -105,6 +105,8 @@ class RunDir:
     def check(self, identity: dict[str, Any], *, overwrite: bool) -> Verdict:
         """What a run of identity would do with this directory, touching nothing: refuses one
         that holds another run with episodes (unless overwrite) or files that are not a run."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--out {self.path} is a file, not a directory")
         manifest = self.read_manifest() if self.path.exists() else None
         if manifest is None:
             stray = [p.name for p in self.path.iterdir()] if self.path.exists() else []

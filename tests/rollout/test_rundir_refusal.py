@@ -21,6 +21,8 @@ def snapshot(path: Path) -> dict[str, str] | None:
     """Every entry under path, hidden ones too, with its bytes' hash; None: no such path."""
     if not path.exists():
         return None
+    if path.is_file():
+        return {"": hashlib.sha256(path.read_bytes()).hexdigest()}
     return {
         str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "/"
         for p in sorted(path.rglob("*"))
@@ -44,7 +46,9 @@ async def test_a_refused_collect_leaves_the_directory_as_it_found_it(tmp_path, s
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "notes.txt").write_text("mine")
+    (tmp_path / "file").write_text("mine")
     refusals = {
+        "is a file": oracle(tmp_path / "file"),
         "holds a different run": oracle(another_run(tmp_path / "other")),
         "not a collect run": oracle(notes),
         "MiB free": oracle(tmp_path / "new" / "run", min_free_mb=1 << 40),
