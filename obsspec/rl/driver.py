@@ -74,19 +74,20 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
     if done >= config.steps:
         on_event(Note(f"all {config.steps} steps of {config.out} are done; nothing to run"))
         return state.summary()
-    async with ray_session(config) as ray, run.locked():  # Ray is up: the run is accepted
-        if replacing:
-            on_event(Note(replacing))
-        run.prepare(resume=config.resume, overwrite=config.overwrite)
-        run.keep_steps_through(done)
-        state.begin(len(tasks))
-        try:
-            await state.run(ray, models_dir, tasks, bases)
-        except BaseException as e:
-            stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
-            state.finish("interrupted" if stopped else "failed", error=str(e))
-            raise
-        state.finish("complete")
+    async with ray_session(config) as ray:
+        with run.locked():  # Ray is up with the GPUs asked for: the run is accepted
+            if replacing:
+                on_event(Note(replacing))
+            run.prepare(resume=config.resume, overwrite=config.overwrite)
+            run.keep_steps_through(done)
+            state.begin(len(tasks))
+            try:
+                await state.run(ray, models_dir, tasks, bases)
+            except BaseException as e:
+                stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
+                state.finish("interrupted" if stopped else "failed", error=str(e))
+                raise
+            state.finish("complete")
     return state.summary()
 
 
