@@ -9,7 +9,7 @@
     ├── ModelError                  unknown model name, failed pull, bad model directory
     │   │                           (obsspec.models)
     │   └── ModelDownloadError      the package index did not deliver (retryable)
-    ├── ClusterUnavailable          no Ray cluster answers at the address given (retryable)
+    ├── ClusterError                no Ray cluster at the address, or it lacks the GPUs asked
     ├── EngineError                 an inference engine failed to start or to answer
     │   │                           (obsspec.inference)
     │   └── ContextLengthError      the context no longer fits the model (not retryable:
@@ -64,10 +64,9 @@ class ModelDownloadError(ModelError):
     retryable = True
 
 
-class ClusterUnavailable(ObsspecError):
-    """No Ray cluster answers at the address given (it may be starting, or elsewhere)."""
-
-    retryable = True
+class ClusterError(ObsspecError):
+    """The Ray cluster does not answer at the address given, or lacks what the run asks for;
+    the same command fails again until the cluster or the settings change."""
 
 
 class EngineError(ObsspecError):

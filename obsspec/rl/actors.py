@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from environments.tasks.model import Task
-from obsspec.errors import ConfigError
+from obsspec.errors import ClusterError
 from obsspec.rl.config import RLConfig
 from obsspec.rl.rollout import Restore, RolloutWorker
 
@@ -143,12 +143,13 @@ def check_gpus(ray, config: RLConfig) -> None:
     have = ray.cluster_resources().get("GPU", 0)
     if have < wanted:
         p = config.placement
-        raise ConfigError(
+        where = p.ray_address or "this machine"
+        raise ClusterError(
             f"placement asks for {wanted:g} GPUs (rollout_workers {p.rollout_workers} x "
             f"rollout_gpus {p.rollout_gpus:g} + trainer_gpus {p.trainer_gpus:g} + "
-            f"wm_trainer_gpus {p.wm_trainer_gpus:g}), but the Ray cluster has {have:g}",
-            hint="set the placement's GPUs to 0 to run on CPUs, or join a cluster with GPUs "
-            "(--ray-address)",
+            f"wm_trainer_gpus {p.wm_trainer_gpus:g}), but the Ray cluster ({where}) has {have:g}",
+            hint="to run on CPUs set rollout_gpus = 0, trainer_gpus = 0 and wm_trainer_gpus = 0 "
+            "in [rl.placement]; or join a cluster with GPUs (--ray-address)",
         )
 
 

@@ -1,8 +1,11 @@
 """`obsspec rl`: the driver that owns the step loop. It reads top to bottom:
 
     check the models (policy and world model share a tokenizer) and load the tasks
-    prepare OUT: a new run, or the same run resumed from its last checkpoint
-    start Ray (or join --ray-address), check the GPUs asked for exist, start the roles
+    check OUT, touching nothing: a new run, the same run resumed from its last checkpoint,
+    or a run that finished no step replaced
+    start Ray (or join --ray-address), check the GPUs asked for exist; only then lock and
+    prepare OUT, so that a start refused or failed so far leaves OUT as it was
+    start the roles
     each step:
         rollout   the step's groups across the rollout workers, speculative unless told not
                   to (or in the co-training warm-up); infrastructure failures are retried,
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -41,7 +43,7 @@ from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
 from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.plan import load_task_set
-from obsspec.rollout.ray_workers import actor_result
+from obsspec.rollout.ray_workers import actor_result, init_ray
 from obsspec.rollout.rundir import now
 from obsspec.rollout.speculation import check_world_model
 
@@ -66,40 +68,26 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
     if not tasks:
         raise ConfigError(f"--tasks {config.tasks}: no task loads")
     run = RLRunDir(config.out)
-    run.prepare(resume=config.resume, overwrite=config.overwrite)
+    replacing = run.check(resume=config.resume, overwrite=config.overwrite)
     done, checkpoint = run.resume_point(config.identity()) if config.resume else (0, None)
-    run.keep_steps_through(done)
     state = Loop(config, run, on_event, done, checkpoint)
-    state.manifest = {
-        "created_at": now(),
-        "run_id": f"rl-{uuid.uuid4().hex[:8]}",  # names the run in its episodes' rows
-        **(run.read_manifest() if config.resume else {}),
-        "identity": config.identity(),
-        "config": config.model_dump(mode="json"),
-        "status": "running",
-        "steps_done": done,
-    }
     if done >= config.steps:
         on_event(Note(f"all {config.steps} steps of {config.out} are done; nothing to run"))
         return state.summary()
-    run.write_manifest(state.manifest)
-    on_event(
-        RunStarted(
-            done + 1,
-            config.steps,
-            len(tasks),
-            config.placement.rollout_workers,
-            checkpoint and checkpoint.name,
-        )
-    )
-    try:
-        async with ray_session(config) as ray:
-            await state.run(ray, models_dir, tasks, bases)
-    except BaseException as e:
-        stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
-        state.finish("interrupted" if stopped else "failed", error=str(e))
-        raise
-    state.finish("complete")
+    async with ray_session(config) as ray:
+        with run.locked():  # Ray is up with the GPUs asked for: the run is accepted
+            if replacing:
+                on_event(Note(replacing))
+            run.prepare(resume=config.resume, overwrite=config.overwrite)
+            run.keep_steps_through(done)
+            state.begin(len(tasks))
+            try:
+                await state.run(ray, models_dir, tasks, bases)
+            except BaseException as e:
+                stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
+                state.finish("interrupted" if stopped else "failed", error=str(e))
+                raise
+            state.finish("complete")
     return state.summary()
 
 
@@ -107,19 +95,11 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
 async def ray_session(config: RLConfig):
     import ray
 
-    from obsspec.rollout.ray_workers import FORWARDED_ENV
-
     started_here = not ray.is_initialized()
     if started_here:
         address = config.placement.ray_address
         previous = signal.getsignal(signal.SIGTERM)
-        ray.init(
-            address=address,
-            num_cpus=None if address else config.placement.num_cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}},
-        )
+        init_ray(address, num_cpus=None if address else config.placement.num_cpus)
         # Ray's driver handler exits on SIGTERM at once, leaving engines and containers
         # behind; the caller's (the CLI cancels the run: everything is stopped) comes back.
         if threading.current_thread() is threading.main_thread():
@@ -146,6 +126,23 @@ class Loop:
         self.manifest: dict = {}
         self.last_row: dict | None = None
         self.step = done + 1
+
+    def begin(self, tasks: int) -> None:
+        """The manifest of the run (a resumed one keeps its run id and creation time)."""
+        config = self.config
+        self.manifest = {
+            "created_at": now(),
+            "run_id": f"rl-{uuid.uuid4().hex[:8]}",  # names the run in its episodes' rows
+            **(self.run_dir.read_manifest() if config.resume else {}),
+            "identity": config.identity(),
+            "config": config.model_dump(mode="json"),
+            "status": "running",
+            "steps_done": self.done,
+        }
+        self.run_dir.write_manifest(self.manifest)
+        workers = config.placement.rollout_workers
+        checkpoint = self.checkpoint and self.checkpoint.name
+        self.on_event(RunStarted(self.done + 1, config.steps, tasks, workers, checkpoint))
 
     async def run(self, ray, models_dir: Path, tasks, bases) -> None:
         if self.checkpoint is not None:

@@ -8,6 +8,7 @@
     OUT/sync/{policy,world_model}/        the weights the engines last reloaded
     OUT/checkpoints/step-00000005/        policy/{model,trainer.pt}, world_model/{...},
                                           driver.json (step, identity, data cursor)
+    OUT/.lock                             held (flock) by the process running the run
 
 A checkpoint is written under a temporary name and renamed when whole, and a step's episodes
 and then its metrics row are written only after the step finished, so a run killed at any
@@ -15,10 +16,16 @@ moment resumes from its last checkpoint; the rows and episodes of steps after it
 then (they will be run again). `datasets.load_dataset("parquet",
 data_files="OUT/data/*.parquet")` loads the episodes, and `obsspec train-wm --data OUT`
 reads them like a collected run.
+
+Nothing is written into OUT before the run is accepted (`check` reads; the driver takes the
+lock only once Ray is up with the GPUs asked for), so a refused or failed start leaves OUT as
+it was. A run that finished no step (its roles failed to start, say) pins nothing: the next
+command replaces it, without --overwrite, and says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -32,7 +39,7 @@ import pyarrow.parquet as pq
 from obsspec.config import first_difference
 from obsspec.errors import ConfigError
 from obsspec.rollout.dataset import SCHEMA, remove_partial_shards, write_atomically
-from obsspec.rollout.rundir import now
+from obsspec.rollout.rundir import LOCK, locked, now
 from obsspec.runs import RL_MANIFEST, read_json_object
 from obsspec.train.checkpoint import Checkpoints
 
@@ -72,20 +79,50 @@ class RLRunDir:
         self.sync = root / "sync"
         self.data = root / "data"
 
-    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+    def check(self, *, resume: bool, overwrite: bool) -> str | None:
+        """Refuse, touching nothing, an OUT this run may not use; a note when the run will
+        replace one that finished no step."""
         root = self.root
         if root.exists() and not root.is_dir():
             raise ConfigError(f"--out {root} is a file, not a directory")
-        if overwrite and root.exists():
-            shutil.rmtree(root)
         if resume and not (root / MANIFEST).is_file():
             raise ConfigError(f"--resume: {root} holds no rl run to resume")
-        if not resume and root.exists() and any(root.iterdir()):
-            raise ConfigError(
-                f"--out {root} is not empty; use --resume to continue its run, --overwrite "
-                "to replace it, or another --out"
-            )
-        root.mkdir(parents=True, exist_ok=True)
+        if resume or overwrite or not root.exists():
+            return None
+        if not [p for p in root.iterdir() if p.name != LOCK]:
+            return None
+        if self.finished_no_step():
+            return f"replacing the rl run in {root}: it finished no step"
+        raise ConfigError(
+            f"--out {root} is not empty; use --resume to continue its run, --overwrite "
+            "to replace it, or another --out"
+        )
+
+    def finished_no_step(self) -> bool:
+        return (
+            (self.root / MANIFEST).is_file()
+            and not self.read_manifest().get("steps_done")
+            and Checkpoints(self.checkpoints, keep=1).latest() is None
+            and not self.read_metrics()
+        )
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Exclusive use of OUT by this process (it makes OUT)."""
+        return locked(self.root, "rl")
+
+    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+        """With the lock held: check again, then clear OUT for a new run (overwrite, or one
+        that finished no step) or tidy it for a resumed one."""
+        replacing = self.check(resume=resume, overwrite=overwrite) is not None
+        self.root.mkdir(parents=True, exist_ok=True)
+        if overwrite or replacing:
+            for entry in self.root.iterdir():
+                if entry.name == LOCK:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
         Checkpoints(self.checkpoints, keep=1).remove_partial()
         if self.data.is_dir():
             remove_partial_shards(self.data)

@@ -6,8 +6,9 @@ It reads top to bottom:
 
     check the policy's model (and the world model's tokenizer) and load the tasks (broken
     ones are reported and skipped, or fatal with strict)
-    check the run directory (writable, free space), lock it, and claim it: a new run, or the
-    same run resumed (a different run there is refused unless overwrite)
+    check the run directory, touching nothing: a new run, the same run resumed (its tasks
+    unchanged), or a run with no finished episode replaced; another run there is refused
+    unless overwrite; then make it (writable, free space), lock it, and claim it
     read which episodes the finished shards already hold; plan the rest
     run them: in this process, or split across Ray workers
     every event updates the totals; shards update the manifest; failed attempts and skipped
@@ -30,7 +31,7 @@ from obsspec.inference.base import Engine
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
-from obsspec.rollout.events import AttemptFailed, Event, ShardWritten, TaskSkipped
+from obsspec.rollout.events import AttemptFailed, Event, Note, ShardWritten, TaskSkipped
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
 from obsspec.rollout.policy import playable_tasks, policy_model
 from obsspec.rollout.rundir import RunDir, now
@@ -51,15 +52,22 @@ async def collect(
 ) -> dict:
     """Run the episodes config asks for that the run directory lacks; the summary."""
     # Bad input fails before anything is made: an unknown model or world model (or one with
-    # another tokenizer, or one that does not load), no tasks, a broken task under strict, an
-    # unusable run directory.
+    # another tokenizer, or one that does not load), no tasks, a broken task under strict, a
+    # Ray address where no cluster answers, a run directory this run may not use.
     load_tokenizer(policy_model(config, models_dir))
     check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
     if config.is_oracle:  # a task whose solution the oracle cannot play is skipped, named
         tasks, refused = playable_tasks(tasks, config.limits.action_format, strict=config.strict)
         broken.update(refused)
+    if config.workers and config.ray_address:
+        from obsspec.rollout.ray_workers import check_answers
+
+        check_answers(config.ray_address)  # no cluster there: fail before anything is made
     rundir = RunDir(config.out)
+    verdict = rundir.check(config.identity(), overwrite=config.overwrite)
+    if verdict.resumes:
+        check_unchanged(tasks, completed_episodes(rundir.data))
     rundir.preflight(config.min_free_mb)
     with rundir.locked():
         manifest = rundir.claim(config.identity(), overwrite=config.overwrite) or {
@@ -69,7 +77,6 @@ async def collect(
         }
         rundir.clean_partial()
         done = completed_episodes(rundir.data)
-        check_unchanged(tasks, done)
         items = plan_items(tasks, config.episodes_per_task, config.seed, set(done))
         # Every task found is asked for: one that does not load, or that its image or the
         # oracle cannot run, counts as missing episodes, wherever it was found broken.
@@ -94,6 +101,8 @@ async def collect(
                 write_progress(rundir, manifest, stats)
             on_event(event, stats)
 
+        if verdict.note:
+            handle(Note(verdict.note))
         for path, reason in broken.items():
             handle(TaskSkipped(path, reason, config.episodes_per_task))
         write_progress(rundir, manifest, stats)

@@ -3,11 +3,13 @@
     await run_on_ray(jobs, address, handle)
 
 Without an address a local Ray cluster is started for the run (and stopped after it); with
-one (e.g. "auto") the run joins that cluster. Each actor takes one GPU when the cluster has a
-GPU for every worker (and the policy is a model), else a share of the CPUs. Actors keep their
-events in a list that the driver drains twice a second, so progress, the manifest and the
-failure log stay in the driver. Every actor writes its own shards into the run directory,
-which must therefore be on a filesystem all nodes share (as must the task directories).
+one (e.g. "auto") the run joins that cluster, and an address where no cluster answers is a
+ClusterError within seconds (`init_ray`; Ray itself would retry for minutes). Each actor
+takes one GPU when the cluster has a GPU for every worker (and the policy is a model), else a
+share of the CPUs. Actors keep their events in a list that the driver drains twice a second,
+so progress, the manifest and the failure log stay in the driver. Every actor writes its own
+shards into the run directory, which must therefore be on a filesystem all nodes share (as
+must the task directories).
 
 Ctrl-C in the driver asks every actor to stop: each cancels its episodes, writes the episodes
 it finished as a shard, and removes its containers before the driver returns.
@@ -18,16 +20,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 
-from obsspec.errors import ClusterUnavailable, EngineError, ObsspecError
+from obsspec.errors import ClusterError, EngineError, ObsspecError
 from obsspec.rollout.events import Event
 from obsspec.rollout.worker import WorkerJob, run_worker
 
 # Settings the CLI edge put in the environment, handed on to the worker processes.
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "VLLM_CONFIGURE_LOGGING")
 DRAIN_EVERY_S = 0.5
+CONNECT_TIMEOUT_S = 5.0
 
 
 class CollectActor:
@@ -61,7 +65,7 @@ async def run_on_ray(
 
     started_here = not ray.is_initialized()
     if started_here:
-        join_ray(ray, address)
+        init_ray(address)
     actors = []
     try:
         actor_class = ray.remote(CollectActor).options(**placement(ray, jobs))
@@ -74,24 +78,32 @@ async def run_on_ray(
             ray.shutdown()
 
 
-def join_ray(ray, address: str | None) -> None:
-    """ray.init: join the cluster at address, or start a local one (None). No cluster there
-    is ClusterUnavailable; Ray's SIGTERM handler (exit at once, engines and containers left
-    behind) is replaced by the one the caller had, which stops the run cleanly."""
+def init_ray(address: str | None, **options) -> None:
+    """Join the Ray cluster at address, or start one for this process (address None); the
+    environment of FORWARDED_ENV goes to every worker. A cluster that does not answer is a
+    ClusterError naming the address. Ray's SIGTERM handler (exit at once, engines and
+    containers left behind) is replaced by the one the caller had, which stops the run
+    cleanly."""
+    import ray
+
+    if address is not None:
+        check_answers(address)
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     previous = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
             address=address,
             include_dashboard=False,
             log_to_driver=False,
-            runtime_env={"env_vars": {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}},
+            runtime_env={"env_vars": env},
+            **options,
         )
-    except ConnectionError as e:
-        raise ClusterUnavailable(
-            f"--ray-address {address}: no Ray cluster answers there ({first_line(e)})",
-            hint="start one (`ray start --head`), or leave out --ray-address to start a local "
-            "cluster for the run",
-        ) from e
+    except ConnectionError as e:  # e.g. "auto" and no cluster runs on this machine
+        if address is None:  # Ray's own start failed (or RAY_ADDRESS points nowhere)
+            raise ClusterError(
+                f"Ray could not start a cluster for this run: {first_line(e)}"
+            ) from e
+        raise no_cluster(address, first_line(e)) from e
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
@@ -99,6 +111,38 @@ def join_ray(ray, address: str | None) -> None:
 
 def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def check_answers(address: str) -> None:
+    """Something listens at address's host:port (a TCP connection, CONNECT_TIMEOUT_S at most);
+    "auto" and "local" are left to Ray, which answers for them at once."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(
+            f"Ray address {address!r} is not host:port",
+            hint="e.g. --ray-address 10.0.0.5:6379, or 'auto' for the cluster on this machine",
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise no_cluster(address, e.strerror or str(e) or type(e).__name__) from e
+
+
+def no_cluster(address: str, why: str) -> ClusterError:
+    if address in ("auto", "local"):
+        return ClusterError(
+            f"--ray-address {address}: no Ray cluster is running on this machine",
+            hint="start one (`ray start --head`), or drop --ray-address to start a cluster "
+            "for this run only",
+        )
+    port = address.rpartition(":")[2]
+    return ClusterError(
+        f"no Ray cluster answers at {address} ({why})",
+        hint=f"start one there (`ray start --head --port {port}` on that machine), or drop "
+        "--ray-address to start a cluster for this run only",
+    )
 
 
 def placement(ray, jobs: list[WorkerJob]) -> dict:

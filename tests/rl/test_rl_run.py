@@ -194,6 +194,10 @@ def test_tasks_that_cannot_run_stop_the_run_with_a_clear_message(tiny_model_dir,
     result = rl(tasks, tiny_model_dir, tmp_path / "out", timeout=300)
     assert result.returncode == 1
     assert "no task can run" in result.stderr and "broken-" in result.stderr
+    # the run finished no step: the same command again is not refused for what it left
+    again = rl(tasks, tiny_model_dir, tmp_path / "out", timeout=300)
+    assert "no task can run" in again.stderr and "not empty" not in again.stderr
+    assert "replacing the rl run" in again.stderr and "finished no step" in again.stderr
 
 
 def test_gpus_asked_for_but_absent_are_a_clear_error(rl_tasks, tiny_model_dir, tmp_path):
@@ -205,3 +209,5 @@ def test_gpus_asked_for_but_absent_are_a_clear_error(rl_tasks, tiny_model_dir, t
     )  # fmt: skip
     assert result.returncode == 1
     assert "asks for 2 GPUs" in result.stderr and "has 0" in result.stderr
+    assert not (tmp_path / "out").exists()  # the same command, corrected, is not refused
+    assert "trainer_gpus = 0" in result.stderr  # the hint: how to run on CPUs

@@ -6,37 +6,39 @@ import signal
 
 import pytest
 
-from obsspec.errors import ClusterUnavailable
-from obsspec.rollout.ray_workers import join_ray
+from obsspec.errors import ClusterError
+from obsspec.rollout.ray_workers import init_ray
 
 
-class FakeRay:
+def fake_init(*, cluster: bool):
     """ray.init as it behaves with no cluster at the address, or as it takes SIGTERM."""
 
-    def __init__(self, *, cluster: bool) -> None:
-        self.cluster = cluster
-
-    def init(self, **_kwargs) -> None:
+    def init(**_kwargs) -> None:
         signal.signal(signal.SIGTERM, lambda *_: None)  # what Ray's driver does
-        if not self.cluster:
+        if not cluster:
             raise ConnectionError("Could not find any running Ray instance.\nPlease specify")
+
+    return init
 
 
 @pytest.mark.parametrize("cluster", [True, False])
-def test_join_ray_says_which_address_and_gives_sigterm_back(cluster):
+def test_init_ray_says_which_address_and_gives_sigterm_back(cluster, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "init", fake_init(cluster=cluster))
+
     def ours(*_):
         pass
 
     previous = signal.signal(signal.SIGTERM, ours)
     try:
         if cluster:
-            join_ray(FakeRay(cluster=True), None)
+            init_ray(None)
         else:
-            with pytest.raises(ClusterUnavailable) as info:
-                join_ray(FakeRay(cluster=False), "auto")
+            with pytest.raises(ClusterError) as info:
+                init_ray("auto")
             assert str(info.value) == (
-                "--ray-address auto: no Ray cluster answers there "
-                "(Could not find any running Ray instance.)"
+                "--ray-address auto: no Ray cluster is running on this machine"
             )
             assert "ray start --head" in info.value.hint
         assert signal.getsignal(signal.SIGTERM) is ours
