@@ -22,8 +22,15 @@ import time
 from dataclasses import dataclass
 
 from environments.capture import MarkedStream
+from environments.containment import kill_all_command, parse_report
 from environments.errors import SandboxError
-from environments.shell_script import INIT, bash_c_stderr, ended_exit_code, record
+from environments.shell_script import (
+    INIT,
+    bash_c_stderr,
+    ended_exit_code,
+    record,
+    strip_job_notices,
+)
 from obsspec.types import ExecResult
 
 # Environment of every shell: what makes outputs depend on the command, not on the host.
@@ -39,32 +46,10 @@ SHELL_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
-KILL_REPORT = re.compile(r"^bash: (?:line \d+: )?\s*\d+ Killed\b.*\n?", re.MULTILINE)
 STDOUT, STDERR = 1, 2
 MARKER_HOLD = 64  # bytes held back in case they start a marker (the longest is ~40 bytes)
 
-# Kills every descendant of the shell ($1), freezing each generation first so that nothing
-# forks away while we kill; repeats until none is left (a fork bomb needs several rounds).
-KILL_TREE = r"""
-root=$1
-for round in $(seq 1 50); do
-  declare -A parent=()
-  for f in /proc/[0-9]*/stat; do
-    read -r line < "$f" 2>/dev/null || continue
-    pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }; set -- $rest; parent[$pid]=$2
-  done
-  queue=("$root"); found=()
-  while ((${#queue[@]})); do
-    p=${queue[0]}; queue=("${queue[@]:1}")
-    for pid in "${!parent[@]}"; do
-      if [[ ${parent[$pid]} == "$p" ]]; then found+=("$pid"); queue+=("$pid"); fi
-    done
-  done
-  ((${#found[@]})) || exit 0
-  kill -STOP "${found[@]}" 2>/dev/null; kill -KILL "${found[@]}" 2>/dev/null
-  sleep 0.05
-done
-"""
+KILL_BUDGET_S = 2  # the killer's own limit; past it the container is restarted
 
 
 @dataclass
@@ -145,31 +130,31 @@ class PersistentShell:
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
         xtrace_before = self._xtrace
-        cap = self.settings.output_cap_bytes
-        out = MarkedStream(
-            re.compile(rb"__OBSSPEC_%s_RC=(\d+)_(x?)__" % token.encode()), MARKER_HOLD, cap
-        )
-        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
+        out, err = self._streams(token)
         for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
             stream.feed(self._pending[fd])
         start = time.monotonic()
         self._writer.write(self._record(command, token, self._last_exit, self._xtrace))
         await self._writer.drain()
-        timed_out = restarted = False
+        timed_out = restarted = container_restarted = False
+        killed = 0
         try:
             await asyncio.wait_for(self._read_until(out, err), timeout_s)
         except TimeoutError:
             timed_out = True
-            await self._kill_children()
+            killed, container_restarted = await self._kill_all(keep_shell=True)
             # If the markers still do not come, the shell itself is stuck: restarted below.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
-        duration = time.monotonic() - start
+            if not container_restarted:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
         if out.done and err.done:
             self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
             self._last_exit = int(out.match.group(1))
             self._xtrace = out.match.group(2) == b"x"
             exit_code = None if timed_out else self._last_exit
+            if timed_out and not await self._settle():
+                await self._restart()
+                restarted = True
         else:  # the shell exited (`exit`, killed) or is stuck: a new one takes over
             out.flush()
             err.flush()
@@ -177,19 +162,44 @@ class PersistentShell:
             exit_code = ended_exit_code(exit_code, err.buffer.text())
             await self._restart()
             restarted = True
+        duration = time.monotonic() - start
         stderr = bash_c_stderr(err.buffer.text(), xtrace=xtrace_before or self._xtrace)
-        if timed_out:  # bash's own report of the kill names a PID: not the command's output
-            stderr = KILL_REPORT.sub("", stderr)
         return ExecResult(
             stdout=out.buffer.text(),
-            stderr=stderr,
+            stderr=strip_job_notices(stderr),
             exit_code=exit_code,
             duration_s=duration,
             timed_out=timed_out,
             truncated=out.buffer.truncated or err.buffer.truncated,
             shell_restarted=restarted,
             timeout_s=timeout_s,
+            killed_processes=killed,
+            sandbox_restarted=container_restarted,
         )
+
+    def _streams(self, token: str) -> tuple[MarkedStream, MarkedStream]:
+        """stdout and stderr of one command, each read up to its end marker."""
+        cap = self.settings.output_cap_bytes
+        out = MarkedStream(
+            re.compile(rb"__OBSSPEC_%s_RC=(\d+)_(x?)__" % token.encode()), MARKER_HOLD, cap
+        )
+        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
+        return out, err
+
+    async def _settle(self) -> bool:
+        """After a kill, an empty command whose output is dropped: bash reports the jobs it
+        lost ("bash: line 1:   123 Killed   ...") when it next reaps them, which would be at
+        the start of the next command. False if the shell does not answer (stuck)."""
+        token = secrets.token_hex(8)
+        out, err = self._streams(token)
+        self._writer.write(self._record("builtin jobs", token, 0, False))
+        await self._writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
+        if not (out.done and err.done):
+            return False
+        self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
+        return True
 
     @staticmethod
     def _record(command: str, token: str, last_exit: int, xtrace: bool) -> bytes:
@@ -219,11 +229,31 @@ class PersistentShell:
         kind, self._header = self._header[0], None
         return kind, payload
 
-    async def _kill_children(self) -> None:
-        if self.pid is not None:
-            await self.exec_oneoff(
-                ["bash", "-c", KILL_TREE, "kill-tree", str(self.pid)], timeout_s=30
-            )
+    async def _kill_all(self, *, keep_shell: bool) -> tuple[int, bool]:
+        """Kill every process the commands started, wherever it went (containment.py), and
+        the shell too unless keep_shell. If that fails, restart the container: nothing
+        survives that, files are kept. Returns (processes killed, container restarted)."""
+        command = kill_all_command(self.pid or 0, keep_shell=keep_shell, budget_s=KILL_BUDGET_S)
+        try:
+            _, output = await self.exec_oneoff(command, timeout_s=KILL_BUDGET_S + 8)
+            report = parse_report(output)
+        except (SandboxError, TimeoutError):
+            report = None
+        if report is not None and report.left == 0:
+            return report.killed, False
+        await self._check_running()  # a container stopped from outside is not brought back
+        await self._restart_container()
+        return (report.killed if report else 0), True
+
+    async def _restart_container(self) -> None:
+        import docker.errors
+
+        await self._close_stream()
+        try:
+            await asyncio.to_thread(self.client.api.restart, self.container_id, timeout=0)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"cannot restart the sandbox container: {e.explanation}") from e
+        self.pid = None  # the shell went with it
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float) -> tuple[int | None, bytes]:
         """Run a command in a separate exec (not the shell); (exit code, combined output)."""
@@ -252,12 +282,8 @@ class PersistentShell:
 
     async def _restart(self) -> None:
         await self._close_stream()
-        if self.pid is not None:  # a stuck shell is still running: kill it and its children
-            try:
-                await self.exec_oneoff(["kill", "-KILL", str(self.pid)], timeout_s=10)
-                await self._kill_children()
-            except SandboxError:
-                pass  # the container is gone; start() below says so
+        if self.pid is not None:  # a stuck shell is still running: kill it and everything
+            await self._kill_all(keep_shell=False)
         await self._check_running()
         await self.start()
 
