@@ -52,7 +52,7 @@ async def assert_only_init_and_shell_left(sandbox):
     [
         ":(){ :|:& };:; sleep 1000",  # a fork bomb, up against the pids limit
         "(sleep 1000 &); sleep 1000",  # a double fork: reparented to init
-        "setsid sleep 1000 & nohup yes >/dev/null & sleep 1000",  # a new session; nohup
+        "setsid -f sleep 1000; (nohup yes >/dev/null 2>&1 &); sleep 1000",  # new session
         "nohup bash -c 'while :; do sleep 0.01 & done' >/dev/null 2>&1 & sleep 1000",
     ],
 )
