@@ -7,9 +7,25 @@ it: it sends one line per command (the command written into a trap handler), the
 streams up to the end markers that only this command's random token can produce.
 
 The exec stream is Docker's multiplexed format (8-byte frame headers), so stdout and stderr
-arrive separately. A timed-out command's processes (every descendant of the shell) are
-frozen and killed from a second exec; if the shell itself is stuck (a builtin loop) or died
-(`exit`), a new shell is started and the result says so.
+arrive separately. If the shell died (`exit`), a new shell is started and the result says so.
+
+A timeout: nothing the commands started survives it. Every process in the container but init,
+its entrypoint and the driver's shells is frozen and killed from a second exec, including what
+escaped the shell's tree (double forks, `setsid`, `nohup`, a fork bomb's orphans) and
+background jobs of earlier commands (environments/containment.py; `killed_processes`). The
+killer needs no fork, so a fork bomb at the pids limit cannot stop it; if it still leaves
+something, the container is restarted (files kept; `sandbox_restarted`, `shell_restarted`).
+If the shell itself is stuck (a builtin loop), or the rest of the command still runs
+`grace_s` after the kill, the shell is replaced. So the call returns within the timeout plus
+about two graces and two kills, fork bomb or not.
+
+Job notices: bash reports a job that a signal ended ("bash: line 1:   123 Killed   <job>")
+when it reaps it, which after a kill is at the start of the *next* command, and it names a
+PID. None of that is an observation: after a kill the driver runs an empty command whose
+output it drops, and `strip_job_notices` takes every such report out of stderr. That holds
+for an OOM kill too: `bash -c` of a single command execs it and prints no report (exit code
+137 alone says it), which is what the observation then gives; where `bash -c` would report a
+killed child of a longer command, the observation does not (its PID is unpredictable).
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ status is non-zero though bash would exempt it (`! cmd`, `a && b`) ends the shel
 `builtin kill -RTMIN+7 "$$" &` and $BASH_COMMAND reads the same (bash names jobs started in a
 trap by the top-level command); `$_` at the start of a command is `RTMIN+7`; an ERR trap the
 agent set fires once more when the command as a whole fails (and after a syntax error), and a
-DEBUG trap also before our own lines; a user trap on RTMIN+7 breaks the shell.
+DEBUG trap also before our own lines; a user trap on RTMIN+7 breaks the shell. bash's report
+of a job killed by a signal ("bash: line 1:   123 Killed   ...") is removed where bash -c
+would print it (`strip_job_notices`; why in environments/shell.py).
 """
 
 from __future__ import annotations
