@@ -84,6 +84,21 @@ async def test_a_stuck_shell_and_its_escaped_children_are_all_replaced(sandbox):
     await assert_only_init_and_shell_left(sandbox)
 
 
+async def test_if_the_killer_cannot_finish_the_container_restarts(sandbox, monkeypatch):
+    import environments.shell
+
+    await sandbox.run("echo kept > /root/file; (setsid sleep 1000 &)")
+    gave_up = ["bash", "-c", "echo killed=0 left=1"]  # as when the killer's budget ran out
+    monkeypatch.setattr(environments.shell, "kill_all_command", lambda *a, **k: gave_up)
+    start = time.monotonic()
+    result = await sandbox.run("sleep 1000", timeout_s=2)
+    assert time.monotonic() - start < 20
+    assert result.timed_out and result.sandbox_restarted and result.shell_restarted
+    monkeypatch.undo()
+    await assert_only_init_and_shell_left(sandbox)
+    assert (await sandbox.run("cat /root/file")).stdout == "kept\n"  # files are kept
+
+
 async def test_no_job_notice_reaches_the_next_observation(sandbox):
     """After a timeout that killed a background loop, and after an OOM kill, the next
     command prints exactly what `bash -c` prints: bash's "line 1: PID Killed ..." report
