@@ -17,7 +17,9 @@ killer needs no fork, so a fork bomb at the pids limit cannot stop it; if it sti
 something, the container is restarted (files kept; `sandbox_restarted`, `shell_restarted`).
 If the shell itself is stuck (a builtin loop), or the rest of the command still runs
 `grace_s` after the kill, the shell is replaced. So the call returns within the timeout plus
-about two graces and two kills, fork bomb or not.
+about two graces and two kills, fork bomb or not. A command whose caller gives up on it (an
+episode deadline cancels `run`) is ended the same way, shell included, before the
+cancellation goes on; the next command starts a new shell.
 
 Job notices: bash reports a job that a signal ended ("bash: line 1:   123 Killed   <job>")
 when it reaps it, which after a kill is at the start of the *next* command, and it names a
@@ -99,6 +101,7 @@ class PersistentShell:
         # What the next command inherits, kept here rather than in the shell (shell_script.py)
         self._last_exit = 0
         self._xtrace = False
+        self._abandoned = False
 
     async def start(self) -> None:
         sock = await asyncio.to_thread(self._open_exec_socket)
@@ -139,9 +142,27 @@ class PersistentShell:
 
     async def run(self, command: str, timeout_s: float) -> ExecResult:
         async with self._lock:
+            if self._abandoned:  # a cancelled command took the last shell with it
+                self._abandoned = False
+                await self._check_running()
+                await self.start()
             if self._writer is None:
                 raise SandboxError("the shell is closed")
-            return await self._run(command, timeout_s)
+            try:
+                return await self._run(command, timeout_s)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._abandon())
+                raise
+
+    async def _abandon(self) -> None:
+        """The caller gave up on a command (an episode deadline): end it and everything it
+        started, the shell included, so that nothing of it runs on (under the verifier, say).
+        A new shell starts at the next command."""
+        await self._close_stream()
+        self._abandoned = True
+        if self.pid is not None:
+            with contextlib.suppress(SandboxError):  # the container is gone: nothing runs
+                await self._kill_all(keep_shell=False)
 
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)

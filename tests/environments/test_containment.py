@@ -99,6 +99,21 @@ async def test_if_the_killer_cannot_finish_the_container_restarts(sandbox, monke
     assert (await sandbox.run("cat /root/file")).stdout == "kept\n"  # files are kept
 
 
+async def test_an_episode_deadline_ends_the_command_and_all_it_started(sandbox):
+    """The caller cancels (asyncio.timeout around an episode): nothing runs on under the
+    verifier, and the next command gets a fresh shell."""
+    command = "(setsid sleep 1000 &); bomb() { bomb | bomb & }; bomb; sleep 1000"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(3):
+            await sandbox.run(command, timeout_s=60)
+    assert time.monotonic() - start < 20
+    _, ps = await sandbox.exec_oneoff(["ps", "-e", "-o", "args="])
+    assert sorted(ps.decode().splitlines()) == sorted([*LEFT[:2], "ps -e -o args="])
+    assert (await sandbox.run("echo ok")).stdout == "ok\n"
+    await assert_only_init_and_shell_left(sandbox)
+
+
 async def test_no_job_notice_reaches_the_next_observation(sandbox):
     """After a timeout that killed a background loop, and after an OOM kill, the next
     command prints exactly what `bash -c` prints: bash's "line 1: PID Killed ..." report
