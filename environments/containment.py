@@ -39,37 +39,36 @@ pstat() {  # state, ppid and start time (clock ticks) of pid $1; fails if it is 
   { read -r line < "/proc/$1/stat"; } 2>/dev/null || return 1
   rest=${line##*) }; f=($rest); state=${f[0]} ppid=${f[1]} start=${f[19]}
 }
-pstat 1; init_start=$start entry= entry_start=
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  if pstat "$p" && [[ $ppid == 1 ]] && ((start - init_start < 100)); then
-    if [[ -z $entry ]] || ((start < entry_start)); then entry=$p entry_start=$start; fi
-  fi
-done
 now; end=$((t + $3 * 1000000))
+if [[ -n $shell ]]; then  # first of all: the shell starts nothing more
+  if [[ $mode == kill ]]; then kill -KILL "$shell"; else kill -STOP "$shell"; fi 2>/dev/null
+fi
+pstat 1; init_start=$start entry= entry_start= entry_known=
 declare -A seen=()
-left=0 stopped=
-[[ $mode == kill && -n $shell ]] && kill -KILL "$shell" 2>/dev/null
+left=0
 while :; do
-  victims=()
+  victims=() candidates=0
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [[ $p == 1 || $p == "$$" || $p == "$entry" || $p == "$shell" ]] && continue
     pstat "$p" || continue
     [[ $state == [ZX] || $ppid == 0 ]] && continue
+    if [[ -z $entry_known && $ppid == 1 ]] && ((start - init_start < 100)); then
+      # the entrypoint (the oldest such), or an orphan as old: told apart after this round
+      if [[ -z $entry ]] || ((start < entry_start)); then entry=$p entry_start=$start; fi
+      ((++candidates)); continue
+    fi
+    kill -STOP "$p" 2>/dev/null  # at once: frozen, it forks no more and takes no CPU from us
     victims+=("$p")
   done
-  ((${#victims[@]})) || break
-  now
-  if ((t > end)); then left=${#victims[@]}; break; fi
-  if [[ $mode == keep && -n $shell && -z $stopped ]]; then
-    kill -STOP "$shell" 2>/dev/null; stopped=1
-  fi
-  kill -STOP "${victims[@]}" 2>/dev/null
+  entry_known=1
+  ((${#victims[@]} || candidates > 1)) || break
   kill -KILL "${victims[@]}" 2>/dev/null
   for p in "${victims[@]}"; do seen[$p]=1; done
+  now
+  if ((t > end)); then left=${#victims[@]}; break; fi  # still finding some: give up
 done
-[[ -n $stopped ]] && kill -CONT "$shell" 2>/dev/null
+[[ $mode == keep && -n $shell ]] && kill -CONT "$shell" 2>/dev/null
 echo "killed=${#seen[@]} left=$left"
 """
 _REPORT = re.compile(rb"killed=(\d+) left=(\d+)")

@@ -67,7 +67,8 @@ READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
 STDOUT, STDERR = 1, 2
 MARKER_HOLD = 64  # bytes held back in case they start a marker (the longest is ~40 bytes)
 
-KILL_BUDGET_S = 2  # the killer's own limit; past it the container is restarted
+KILL_BUDGET_S = 5  # the killer's own limit; past it the container is restarted
+KILL_EXEC_TRIES = 5  # runc fails to start an exec now and then when no pid is free
 
 
 @dataclass
@@ -271,11 +272,16 @@ class PersistentShell:
         the shell too unless keep_shell. If that fails, restart the container: nothing
         survives that, files are kept. Returns (processes killed, container restarted)."""
         command = kill_all_command(self.pid or 0, keep_shell=keep_shell, budget_s=KILL_BUDGET_S)
-        try:
-            _, output = await self.exec_oneoff(command, timeout_s=KILL_BUDGET_S + 8)
+        report = None
+        for _ in range(KILL_EXEC_TRIES):  # at the pids limit an exec can fail to start
+            try:  # a SandboxError (the container is gone) goes to the caller
+                _, output = await self.exec_oneoff(command, timeout_s=KILL_BUDGET_S + 8)
+            except TimeoutError:
+                break
             report = parse_report(output)
-        except (SandboxError, TimeoutError):
-            report = None
+            if report is not None or b"exec failed" not in output:
+                break
+            await asyncio.sleep(0.2)
         if report is not None and report.left == 0:
             return report.killed, False
         await self._check_running()  # a container stopped from outside is not brought back
@@ -284,12 +290,20 @@ class PersistentShell:
 
     async def _restart_container(self) -> None:
         import docker.errors
+        import requests.exceptions
 
         await self._close_stream()
-        try:
-            await asyncio.to_thread(self.client.api.restart, self.container_id, timeout=0)
+        api = self.client.api
+        try:  # kill, then start: a container that stopped meanwhile is not brought back
+            await asyncio.to_thread(api.kill, self.container_id)
         except docker.errors.APIError as e:
+            await self._check_running()  # it stopped (killed from outside): says so
             raise SandboxError(f"cannot restart the sandbox container: {e.explanation}") from e
+        try:
+            await asyncio.to_thread(api.wait, self.container_id, timeout=30)
+            await asyncio.to_thread(api.start, self.container_id)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as e:
+            raise SandboxError(f"cannot restart the sandbox container: {e}") from e
         self.pid = None  # the shell went with it
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float) -> tuple[int | None, bytes]:
@@ -320,7 +334,8 @@ class PersistentShell:
     async def _restart(self) -> None:
         await self._close_stream()
         if self.pid is not None:  # a stuck shell is still running: kill it and everything
-            await self._kill_all(keep_shell=False)
+            with contextlib.suppress(SandboxError):  # the container is gone; start() says so
+                await self._kill_all(keep_shell=False)
         await self._check_running()
         await self.start()
 

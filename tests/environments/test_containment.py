@@ -39,11 +39,14 @@ async def bash_c(sandbox, command: str) -> tuple[str, str]:
 
 async def assert_only_init_and_shell_left(sandbox):
     start = time.monotonic()
-    result = await sandbox.run("ps -e -o ppid=,args=; echo ok", timeout_s=10)
+    result = await sandbox.run("ps -e -o pid=,ppid=,stat=,args=; echo ok", timeout_s=10)
     assert time.monotonic() - start < 2 and not result.timed_out
     lines = [line.strip() for line in result.stdout.splitlines()]
-    others = [line for line in lines if not line.endswith(("ps -e -o ppid=,args=", "ok"))]
-    assert sorted(line.split(None, 1)[1] for line in others) == sorted(LEFT)
+    others = [
+        line for line in lines if not line.endswith(("ps -e -o pid=,ppid=,stat=,args=", "ok"))
+    ]
+    left = sorted(line.split(None, 3)[3] for line in others)
+    assert left == sorted(LEFT), result.stdout
     assert lines[-1] == "ok" and result.stderr == "" and result.exit_code == 0
 
 
