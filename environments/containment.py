@@ -12,16 +12,19 @@ kills (SIGKILL) every process of the container except:
 - processes whose parent is outside the container (parent pid 0): what `docker exec`
   started, i.e. the persistent shell, this killer, and any other shell of the driver.
 
-and repeats until a round finds none (a fork bomb forks between the listing and the freeze;
-freezing every process before killing any means no slot of the pids limit frees up while a
-round runs). The persistent shell is frozen during the kill (so that it starts nothing new)
-and resumed after it, or killed too when it is being replaced.
+and repeats until a round finds none (a fork bomb forks while a round runs). Each process is
+frozen the moment the scan finds it, so it forks no more and stops taking the CPU quota the
+killer shares with it (the exec runs in the container's cgroup: beside 60 spinning processes
+a scan that froze nothing until its end took seconds); all are killed at the end of the
+round, so no slot of the pids limit frees up while a round runs. The persistent shell is
+frozen first (it starts nothing new) and resumed at the end, or killed when it is replaced.
 
 It uses bash builtins only (a glob over /proc, `read`, `kill`, $EPOCHREALTIME): when a fork
 bomb has used up the pids limit nothing can fork, but `docker exec` still starts a process
-(joining a cgroup is not a fork), and this one never needs another. It gives up after a time
-budget and says how many processes were left; the caller then restarts the container, which
-ends every process for sure (files are kept).
+(joining a cgroup is not a fork; runc does fail now and then, and the caller retries), and
+this one never needs another. It gives up after a time budget and says how many processes
+were left; the caller then restarts the container, which ends every process for sure (files
+are kept).
 """
 
 from __future__ import annotations
