@@ -267,10 +267,12 @@ class PersistentShell:
         kind, self._header = self._header[0], None
         return kind, payload
 
-    async def _kill_all(self, *, keep_shell: bool) -> tuple[int, bool]:
+    async def _kill_all(self, *, keep_shell: bool, may_restart: bool = True) -> tuple[int, bool]:
         """Kill every process the commands started, wherever it went (containment.py), and
-        the shell too unless keep_shell. If that fails, restart the container: nothing
-        survives that, files are kept. Returns (processes killed, container restarted)."""
+        the shell too unless keep_shell. If that fails, restart the container (if
+        may_restart): nothing survives that, files are kept. Not when the shell just ended
+        by itself: the container may be dying, and Docker may still call it running.
+        Returns (processes killed, container restarted)."""
         command = kill_all_command(self.pid or 0, keep_shell=keep_shell, budget_s=KILL_BUDGET_S)
         report = None
         for _ in range(KILL_EXEC_TRIES):  # at the pids limit an exec can fail to start
@@ -282,8 +284,8 @@ class PersistentShell:
             if report is not None or b"exec failed" not in output:
                 break
             await asyncio.sleep(0.2)
-        if report is not None and report.left == 0:
-            return report.killed, False
+        if (report is not None and report.left == 0) or not may_restart:
+            return (report.killed if report else 0), False
         await self._check_running()  # a container stopped from outside is not brought back
         await self._restart_container()
         return (report.killed if report else 0), True
@@ -335,7 +337,7 @@ class PersistentShell:
         await self._close_stream()
         if self.pid is not None:  # a stuck shell is still running: kill it and everything
             with contextlib.suppress(SandboxError):  # the container is gone; start() says so
-                await self._kill_all(keep_shell=False)
+                await self._kill_all(keep_shell=False, may_restart=False)
         await self._check_running()
         await self.start()
 
