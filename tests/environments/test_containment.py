@@ -10,7 +10,6 @@ import pytest
 
 from environments.sandbox import DockerSandbox, SandboxLimits
 from environments.shell import SHELL_ENV
-from environments.shell_script import strip_job_notices
 
 pytestmark = pytest.mark.docker
 
@@ -139,11 +138,3 @@ async def test_no_job_notice_reaches_the_next_observation(sandbox):
     await asyncio.sleep(2)
     after_background_oom = await sandbox.run(probe)
     assert (after_background_oom.stdout, after_background_oom.stderr) == expected
-
-
-def test_job_notices_are_stripped_whole():
-    compound = "bash: line 1:    18 Killed                  while true; do\n    :;\ndone\n"
-    trap_named = 'bash: line 1:    15 Killed                  builtin kill -RTMIN+7 "$$"\n'
-    core = "bash: line 3:     7 Segmentation fault      (core dumped) ./a.out\n"
-    kept = 'bash: line 1: 5: command not found\n  File "x.py", line 1\n'
-    assert strip_job_notices(compound + trap_named + core + kept) == kept
