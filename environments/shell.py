@@ -7,9 +7,27 @@ it: it sends one line per command (the command written into a trap handler), the
 streams up to the end markers that only this command's random token can produce.
 
 The exec stream is Docker's multiplexed format (8-byte frame headers), so stdout and stderr
-arrive separately. A timed-out command's processes (every descendant of the shell) are
-frozen and killed from a second exec; if the shell itself is stuck (a builtin loop) or died
-(`exit`), a new shell is started and the result says so.
+arrive separately. If the shell died (`exit`), a new shell is started and the result says so.
+
+A timeout: nothing the commands started survives it. Every process in the container but init,
+its entrypoint and the driver's shells is frozen and killed from a second exec, including what
+escaped the shell's tree (double forks, `setsid`, `nohup`, a fork bomb's orphans) and
+background jobs of earlier commands (environments/containment.py; `killed_processes`). The
+killer needs no fork, so a fork bomb at the pids limit cannot stop it; if it still leaves
+something, the container is restarted (files kept; `sandbox_restarted`, `shell_restarted`).
+If the shell itself is stuck (a builtin loop), or the rest of the command still runs
+`grace_s` after the kill, the shell is replaced. So the call returns within the timeout plus
+about two graces and two kills, fork bomb or not. A command whose caller gives up on it (an
+episode deadline cancels `run`) is ended the same way, shell included, before the
+cancellation goes on; the next command starts a new shell.
+
+Job notices: bash reports a job that a signal ended ("bash: line 1:   123 Killed   <job>")
+when it reaps it, which after a kill is at the start of the *next* command, and it names a
+PID. None of that is an observation: after a kill the driver runs an empty command whose
+output it drops, and `strip_job_notices` takes every such report out of stderr. That holds
+for an OOM kill too: `bash -c` of a single command execs it and prints no report (exit code
+137 alone says it), which is what the observation then gives; where `bash -c` would report a
+killed child of a longer command, the observation does not (its PID is unpredictable).
 """
 
 from __future__ import annotations
@@ -22,8 +40,15 @@ import time
 from dataclasses import dataclass
 
 from environments.capture import MarkedStream
+from environments.containment import kill_all_command, parse_report
 from environments.errors import SandboxError
-from environments.shell_script import INIT, bash_c_stderr, ended_exit_code, record
+from environments.shell_script import (
+    INIT,
+    bash_c_stderr,
+    ended_exit_code,
+    record,
+    strip_job_notices,
+)
 from obsspec.types import ExecResult
 
 # Environment of every shell: what makes outputs depend on the command, not on the host.
@@ -39,32 +64,11 @@ SHELL_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 READY = re.compile(rb"__OBSSPEC_READY_(\d+)__")
-KILL_REPORT = re.compile(r"^bash: (?:line \d+: )?\s*\d+ Killed\b.*\n?", re.MULTILINE)
 STDOUT, STDERR = 1, 2
 MARKER_HOLD = 64  # bytes held back in case they start a marker (the longest is ~40 bytes)
 
-# Kills every descendant of the shell ($1), freezing each generation first so that nothing
-# forks away while we kill; repeats until none is left (a fork bomb needs several rounds).
-KILL_TREE = r"""
-root=$1
-for round in $(seq 1 50); do
-  declare -A parent=()
-  for f in /proc/[0-9]*/stat; do
-    read -r line < "$f" 2>/dev/null || continue
-    pid=${f#/proc/}; pid=${pid%/stat}; rest=${line##*) }; set -- $rest; parent[$pid]=$2
-  done
-  queue=("$root"); found=()
-  while ((${#queue[@]})); do
-    p=${queue[0]}; queue=("${queue[@]:1}")
-    for pid in "${!parent[@]}"; do
-      if [[ ${parent[$pid]} == "$p" ]]; then found+=("$pid"); queue+=("$pid"); fi
-    done
-  done
-  ((${#found[@]})) || exit 0
-  kill -STOP "${found[@]}" 2>/dev/null; kill -KILL "${found[@]}" 2>/dev/null
-  sleep 0.05
-done
-"""
+KILL_BUDGET_S = 5  # the killer's own limit; past it the container is restarted
+KILL_EXEC_TRIES = 5  # runc fails to start an exec now and then when no pid is free
 
 
 @dataclass
@@ -98,6 +102,7 @@ class PersistentShell:
         # What the next command inherits, kept here rather than in the shell (shell_script.py)
         self._last_exit = 0
         self._xtrace = False
+        self._abandoned = False
 
     async def start(self) -> None:
         sock = await asyncio.to_thread(self._open_exec_socket)
@@ -138,38 +143,56 @@ class PersistentShell:
 
     async def run(self, command: str, timeout_s: float) -> ExecResult:
         async with self._lock:
+            if self._abandoned:  # a cancelled command took the last shell with it
+                self._abandoned = False
+                await self._check_running()
+                await self.start()
             if self._writer is None:
                 raise SandboxError("the shell is closed")
-            return await self._run(command, timeout_s)
+            try:
+                return await self._run(command, timeout_s)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._abandon())
+                raise
+
+    async def _abandon(self) -> None:
+        """The caller gave up on a command (an episode deadline): end it and everything it
+        started, the shell included, so that nothing of it runs on (under the verifier, say).
+        A new shell starts at the next command."""
+        await self._close_stream()
+        self._abandoned = True
+        if self.pid is not None:
+            with contextlib.suppress(SandboxError):  # the container is gone: nothing runs
+                await self._kill_all(keep_shell=False)
 
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
         xtrace_before = self._xtrace
-        cap = self.settings.output_cap_bytes
-        out = MarkedStream(
-            re.compile(rb"__OBSSPEC_%s_RC=(\d+)_(x?)__" % token.encode()), MARKER_HOLD, cap
-        )
-        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
+        out, err = self._streams(token)
         for stream, fd in ((out, STDOUT), (err, STDERR)):  # output of earlier background jobs
             stream.feed(self._pending[fd])
         start = time.monotonic()
         self._writer.write(self._record(command, token, self._last_exit, self._xtrace))
         await self._writer.drain()
-        timed_out = restarted = False
+        timed_out = restarted = container_restarted = False
+        killed = 0
         try:
             await asyncio.wait_for(self._read_until(out, err), timeout_s)
         except TimeoutError:
             timed_out = True
-            await self._kill_children()
+            killed, container_restarted = await self._kill_all(keep_shell=True)
             # If the markers still do not come, the shell itself is stuck: restarted below.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
-        duration = time.monotonic() - start
+            if not container_restarted:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
         if out.done and err.done:
             self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
             self._last_exit = int(out.match.group(1))
             self._xtrace = out.match.group(2) == b"x"
             exit_code = None if timed_out else self._last_exit
+            if timed_out and not await self._settle():
+                await self._restart()
+                restarted = True
         else:  # the shell exited (`exit`, killed) or is stuck: a new one takes over
             out.flush()
             err.flush()
@@ -177,19 +200,44 @@ class PersistentShell:
             exit_code = ended_exit_code(exit_code, err.buffer.text())
             await self._restart()
             restarted = True
+        duration = time.monotonic() - start
         stderr = bash_c_stderr(err.buffer.text(), xtrace=xtrace_before or self._xtrace)
-        if timed_out:  # bash's own report of the kill names a PID: not the command's output
-            stderr = KILL_REPORT.sub("", stderr)
         return ExecResult(
             stdout=out.buffer.text(),
-            stderr=stderr,
+            stderr=strip_job_notices(stderr),
             exit_code=exit_code,
             duration_s=duration,
             timed_out=timed_out,
             truncated=out.buffer.truncated or err.buffer.truncated,
             shell_restarted=restarted,
             timeout_s=timeout_s,
+            killed_processes=killed,
+            sandbox_restarted=container_restarted,
         )
+
+    def _streams(self, token: str) -> tuple[MarkedStream, MarkedStream]:
+        """stdout and stderr of one command, each read up to its end marker."""
+        cap = self.settings.output_cap_bytes
+        out = MarkedStream(
+            re.compile(rb"__OBSSPEC_%s_RC=(\d+)_(x?)__" % token.encode()), MARKER_HOLD, cap
+        )
+        err = MarkedStream(re.compile(rb"__OBSSPEC_%s_END__" % token.encode()), MARKER_HOLD, cap)
+        return out, err
+
+    async def _settle(self) -> bool:
+        """After a kill, an empty command whose output is dropped: bash reports the jobs it
+        lost ("bash: line 1:   123 Killed   ...") when it next reaps them, which would be at
+        the start of the next command. False if the shell does not answer (stuck)."""
+        token = secrets.token_hex(8)
+        out, err = self._streams(token)
+        self._writer.write(self._record("builtin jobs", token, 0, False))
+        await self._writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._read_until(out, err), self.settings.grace_s)
+        if not (out.done and err.done):
+            return False
+        self._pending = {STDOUT: out.leftover, STDERR: err.leftover}
+        return True
 
     @staticmethod
     def _record(command: str, token: str, last_exit: int, xtrace: bool) -> bytes:
@@ -219,11 +267,46 @@ class PersistentShell:
         kind, self._header = self._header[0], None
         return kind, payload
 
-    async def _kill_children(self) -> None:
-        if self.pid is not None:
-            await self.exec_oneoff(
-                ["bash", "-c", KILL_TREE, "kill-tree", str(self.pid)], timeout_s=30
-            )
+    async def _kill_all(self, *, keep_shell: bool, may_restart: bool = True) -> tuple[int, bool]:
+        """Kill every process the commands started, wherever it went (containment.py), and
+        the shell too unless keep_shell. If that fails, restart the container (if
+        may_restart): nothing survives that, files are kept. Not when the shell just ended
+        by itself: the container may be dying, and Docker may still call it running.
+        Returns (processes killed, container restarted)."""
+        command = kill_all_command(self.pid or 0, keep_shell=keep_shell, budget_s=KILL_BUDGET_S)
+        report = None
+        for _ in range(KILL_EXEC_TRIES):  # at the pids limit an exec can fail to start
+            try:  # a SandboxError (the container is gone) goes to the caller
+                _, output = await self.exec_oneoff(command, timeout_s=KILL_BUDGET_S + 8)
+            except TimeoutError:
+                break
+            report = parse_report(output)
+            if report is not None or b"exec failed" not in output:
+                break
+            await asyncio.sleep(0.2)
+        if (report is not None and report.left == 0) or not may_restart:
+            return (report.killed if report else 0), False
+        await self._check_running()  # a container stopped from outside is not brought back
+        await self._restart_container()
+        return (report.killed if report else 0), True
+
+    async def _restart_container(self) -> None:
+        import docker.errors
+        import requests.exceptions
+
+        await self._close_stream()
+        api = self.client.api
+        try:  # kill, then start: a container that stopped meanwhile is not brought back
+            await asyncio.to_thread(api.kill, self.container_id)
+        except docker.errors.APIError as e:
+            await self._check_running()  # it stopped (killed from outside): says so
+            raise SandboxError(f"cannot restart the sandbox container: {e.explanation}") from e
+        try:
+            await asyncio.to_thread(api.wait, self.container_id, timeout=30)
+            await asyncio.to_thread(api.start, self.container_id)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as e:
+            raise SandboxError(f"cannot restart the sandbox container: {e}") from e
+        self.pid = None  # the shell went with it
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float) -> tuple[int | None, bytes]:
         """Run a command in a separate exec (not the shell); (exit code, combined output)."""
@@ -252,12 +335,9 @@ class PersistentShell:
 
     async def _restart(self) -> None:
         await self._close_stream()
-        if self.pid is not None:  # a stuck shell is still running: kill it and its children
-            try:
-                await self.exec_oneoff(["kill", "-KILL", str(self.pid)], timeout_s=10)
-                await self._kill_children()
-            except SandboxError:
-                pass  # the container is gone; start() below says so
+        if self.pid is not None:  # a stuck shell is still running: kill it and everything
+            with contextlib.suppress(SandboxError):  # the container is gone; start() says so
+                await self._kill_all(keep_shell=False, may_restart=False)
         await self._check_running()
         await self.start()
 

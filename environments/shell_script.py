@@ -33,7 +33,9 @@ status is non-zero though bash would exempt it (`! cmd`, `a && b`) ends the shel
 `builtin kill -RTMIN+7 "$$" &` and $BASH_COMMAND reads the same (bash names jobs started in a
 trap by the top-level command); `$_` at the start of a command is `RTMIN+7`; an ERR trap the
 agent set fires once more when the command as a whole fails (and after a syntax error), and a
-DEBUG trap also before our own lines; a user trap on RTMIN+7 breaks the shell.
+DEBUG trap also before our own lines; a user trap on RTMIN+7 breaks the shell. bash's report
+of a job killed by a signal ("bash: line 1:   123 Killed   ...") is removed where bash -c
+would print it (`strip_job_notices`; why in environments/shell.py).
 """
 
 from __future__ import annotations
@@ -124,3 +126,37 @@ def bash_c_stderr(stderr: str, *, xtrace: bool) -> str:
         extra = re.escape("+" * TRACE_EXTRA_LEVELS)
         stderr = re.sub(rf"^{extra}(?=\+)", "", stderr, flags=re.MULTILINE)
     return stderr
+
+
+# bash's report of a job that a signal ended: "bash: line 1:   123 Killed    <the job's text>"
+# (the text is our trap line for most jobs, see above; a compound job's spans several lines).
+_JOB_NOTICE = re.compile(r"bash: (?:line \d+: )? *\d+ [A-Z][^\n]*")
+_OPENS_BLOCK = re.compile(r"(?:\bdo|\bthen|\belse|\bin|\{)$")  # the job text goes on below
+_CLOSES_BLOCK = re.compile(r"(?:done|fi|esac|\})(?:\W|$)")
+
+
+def strip_job_notices(stderr: str) -> str:
+    """stderr without bash's reports of jobs killed by a signal (OOM, a timeout's kill,
+    a segfault). Each names a PID, which nothing can predict, and, in this shell, often our
+    trap line instead of the command; the exit code (128+N) still says what happened. A
+    compound job's text is skipped to the line that closes it."""
+    lines = stderr.splitlines(keepends=True)
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not _JOB_NOTICE.fullmatch(line.rstrip("\n")):
+            kept.append(line)
+            continue
+        open_block = bool(_OPENS_BLOCK.search(line.rstrip()))
+        while open_block and i < len(lines):  # the job's text, as bash prints a command
+            body = lines[i]
+            if body.startswith("    ") or re.match(r"(?:else|elif|then|do)\b", body):
+                i += 1
+            elif _CLOSES_BLOCK.match(body):
+                i += 1
+                open_block = bool(_OPENS_BLOCK.search(body.rstrip()))
+            else:
+                break
+    return "".join(kept)

@@ -35,6 +35,8 @@ class ExecResult:
     truncated: bool = False
     shell_restarted: bool = False  # the persistent shell died (e.g. `exit`) and was restarted
     timeout_s: float | None = None  # the limit the command ran under
+    killed_processes: int = 0  # processes the timeout killed (all in the sandbox but the shell)
+    sandbox_restarted: bool = False  # not all could be killed: the container was restarted
 
 
 def clean_text(text: str) -> str:
