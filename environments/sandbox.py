@@ -261,6 +261,7 @@ class DockerSandbox:
             try:
                 chunks, _ = self.container.get_archive(path)
             except docker.errors.NotFound:
+                check_exists(self.container)  # no such file, or no container at all?
                 return None
             with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
                 member = tar.next()
@@ -278,6 +279,17 @@ class DockerSandbox:
         if self.container is not None:
             container, self.container = self.container, None
             await asyncio.to_thread(remove_container, container)
+
+
+def check_exists(container) -> None:
+    """A SandboxError if the container is gone (removed from outside): a retryable failure,
+    never taken for a missing file and so for a task's fault."""
+    import docker.errors
+
+    try:
+        container.reload()
+    except docker.errors.NotFound:
+        raise SandboxError("the sandbox container was removed from outside") from None
 
 
 def remove_container(container) -> None:

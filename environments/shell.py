@@ -326,8 +326,13 @@ class PersistentShell:
     async def _shell_exit_code(self) -> int | None:
         if self._exec_id is None:
             return None
+        import docker.errors
+
         for _ in range(20):  # Docker records the exit code shortly after the stream closes
-            info = await asyncio.to_thread(self.client.api.exec_inspect, self._exec_id)
+            try:
+                info = await asyncio.to_thread(self.client.api.exec_inspect, self._exec_id)
+            except docker.errors.APIError:  # the container was removed: the restart says so
+                return None
             if not info.get("Running"):
                 return info.get("ExitCode")
             await asyncio.sleep(0.05)

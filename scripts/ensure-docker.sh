@@ -52,7 +52,8 @@ if pgrep -x dockerd >/dev/null 2>&1; then
 else
     clear_stale_pid_file
     echo "starting dockerd in the background (log: $log)"
-    nohup dockerd >"$log" 2>&1 &
+    # its own session: the daemon outlives the job (and process group) that started it
+    setsid nohup dockerd >"$log" 2>&1 </dev/null &
 fi
 for _ in $(seq 1 60); do
     if daemon_answers; then
