@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from environments.capture import CappedBuffer, FrameSplitter
 from environments.errors import SandboxError
-from environments.sandbox import SandboxLimits, container_options
+from environments.sandbox import SandboxLimits, container_options, remove_container_named
 
 LABEL = "obsspec.oneshot"
 TIMEOUT_EXIT_CODE = 124
@@ -152,20 +152,10 @@ def _wait(container, timeout_s: float) -> int | None:
 
 
 def _remove(client, name: str) -> None:
-    """Kill and remove the container if it exists; a second Ctrl-C does not stop this."""
-    import docker.errors
-
-    def remove() -> None:
-        try:
-            client.api.remove_container(name, force=True, v=True)
-        except docker.errors.NotFound:
-            pass  # never created
-        except docker.errors.APIError as e:
-            if "already in progress" not in str(e):
-                raise SandboxError(f"could not remove container {name}: {e}") from e
-
+    """Kill and remove the container if it exists (it may never have been created); a
+    second Ctrl-C does not stop this."""
     try:
-        remove()
+        remove_container_named(client.api, name)
     except KeyboardInterrupt:
-        remove()
+        remove_container_named(client.api, name)
         raise

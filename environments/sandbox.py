@@ -293,12 +293,18 @@ def check_exists(container) -> None:
 
 
 def remove_container(container) -> None:
+    remove_container_named(container.client.api, container.id)
+
+
+def remove_container_named(api, ref: str) -> None:
+    """Kill and remove a container (id or name) and its anonymous volumes; one that is gone
+    already, or is being removed by someone else, is no error."""
     import docker.errors
 
     try:
-        container.remove(force=True, v=True)
+        api.remove_container(ref, force=True, v=True)
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as e:
         if "already in progress" not in str(e):
-            raise SandboxError(f"could not remove container {container.short_id}: {e}") from e
+            raise SandboxError(f"could not remove container {ref[:40]}: {e}") from e

@@ -1,6 +1,19 @@
 """Small helpers shared by several test modules."""
 
+import subprocess
+
 from transformers import AutoTokenizer
+
+
+def containers_labelled(label: str) -> list[str]:
+    """Ids of the containers (running or not) with this label, e.g. `obsspec.pid=123`."""
+    result = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.split()
 
 
 def chat_ids(model_dir, text: str) -> list[int]:

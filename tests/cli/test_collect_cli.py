@@ -15,6 +15,7 @@ import datasets
 import pytest
 
 from tests.cli.test_cli import OBSSPEC, obsspec
+from tests.helpers import containers_labelled
 
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 
@@ -47,13 +48,7 @@ def episodes_in(out: Path) -> list[tuple[str, int]]:
 
 
 def containers_of(pid: int) -> list[str]:
-    result = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=obsspec.pid={pid}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.split()
+    return containers_labelled(f"obsspec.pid={pid}")
 
 
 def test_json_summary_then_a_different_run_is_refused(tasks, tmp_path, base_image):

@@ -34,6 +34,7 @@ import pandas as pd
 import pytest
 
 from tests.cli.test_cli import OBSSPEC
+from tests.helpers import containers_labelled
 
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 TASKS = [f"chaos-{i}" for i in range(8)]
@@ -176,16 +177,6 @@ def failures(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def labelled(label: str) -> list[str]:
-    result = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={label}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.split()
-
-
 def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
     tasks, tmp_path, base_image
 ):
@@ -224,8 +215,8 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
     summary = json.loads(stdout)
     assert summary["failures"] == {"SandboxError": 1} and summary["missing"] == 1
     assert json.loads((out / "manifest.json").read_text())["status"] == "incomplete"
-    assert chaos.runs and all(labelled(f"obsspec.run={run}") == [] for run in chaos.runs)
-    assert labelled(f"obsspec.pid={proc.pid}") == []
+    assert chaos.runs and all(containers_labelled(f"obsspec.run={run}") == [] for run in chaos.runs)
+    assert containers_labelled(f"obsspec.pid={proc.pid}") == []
 
     # Each episode at most once; rows and lost episodes together cover the run, nothing silent.
     rows = episodes(out)
@@ -267,4 +258,4 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
     saved = list(zip(rows["task_id"], rows["episode_index"], strict=True))
     assert sorted(saved) == sorted(expected)
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
-    assert labelled(f"obsspec.pid={rerun.pid}") == []
+    assert containers_labelled(f"obsspec.pid={rerun.pid}") == []
