@@ -171,7 +171,8 @@ async def main(args) -> dict:
     from obsspec.models.registry import resolve_model
     from obsspec.profile.figures import bootstrap
     from obsspec.speculation.gate import GateMode, GateSettings
-    from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop
+    from obsspec.speculation.runner import SpeculativeLoop
+    from obsspec.speculation.settings import SpeculationSettings
     from world_model.oracle import OraclePredictor
 
     config = GlobalConfig()

@@ -4,9 +4,11 @@
 
 Cancelling the task that awaits `generate` aborts the request inside the engine (its slot is
 freed at once). Lower `priority` values are scheduled first: real turns use 0, speculative
-ones a larger number. `load_weights` swaps weights in place, and every Generation records the
-weight version that produced it. A caller that may cancel a request and wants to know what it
-cost passes a GenerationProgress, which counts the tokens generated so far.
+ones a larger number. `load_weights(checkpoint, version)` swaps weights in place, and every
+Generation records the weight version that produced it: the caller numbers the versions (the
+rollout session owns the count); the engine stamps its generations with the number it was
+given. A caller that may cancel a request and wants to know what it cost passes a
+GenerationProgress, which counts the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class Engine(Protocol):
         progress: GenerationProgress | None = None,
     ) -> Generation: ...
 
-    async def load_weights(self, checkpoint: Path) -> None: ...
+    async def load_weights(self, checkpoint: Path, version: int) -> None: ...
 
     def stats(self) -> EngineStats: ...
 

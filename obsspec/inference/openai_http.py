@@ -146,7 +146,7 @@ class OpenAIEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._running, self._waiting, self.weight_version)
 
-    async def load_weights(self, checkpoint: Path) -> None:
+    async def load_weights(self, checkpoint: Path, version: int) -> None:
         """Needs a vLLM server started with VLLM_SERVER_DEV_MODE=1 (its /collective_rpc)."""
         response = await self._http.post(
             "/collective_rpc",
@@ -158,7 +158,7 @@ class OpenAIEngine:
                 "start vLLM with VLLM_SERVER_DEV_MODE=1, or use the in-process "
                 "engine"
             )
-        self.weight_version += 1
+        self.weight_version = version
 
     async def aclose(self) -> None:
         if self._poller is not None:

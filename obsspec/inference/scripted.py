@@ -97,8 +97,8 @@ class ScriptedEngine:
             self.weight_version,
         )
 
-    async def load_weights(self, checkpoint: Path) -> None:
-        self.weight_version += 1
+    async def load_weights(self, checkpoint: Path, version: int) -> None:
+        self.weight_version = version
 
     def stats(self) -> EngineStats:
         return EngineStats(self._running, 0, self.weight_version)
@@ -154,8 +154,8 @@ class PacedEngine:
     def requests(self) -> list[ScriptedRequest]:
         return self.script.requests
 
-    async def load_weights(self, checkpoint: Path) -> None:
-        await self.engine.load_weights(checkpoint)
+    async def load_weights(self, checkpoint: Path, version: int) -> None:
+        await self.engine.load_weights(checkpoint, version)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()

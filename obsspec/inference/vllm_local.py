@@ -256,8 +256,9 @@ class LocalVLLMEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._load.running, self._load.waiting, self.weight_version)
 
-    async def load_weights(self, checkpoint: Path) -> None:
-        """Swap in the safetensors weights of an HF directory (same architecture), in place."""
+    async def load_weights(self, checkpoint: Path, version: int) -> None:
+        """Swap in the safetensors weights of an HF directory (same architecture), in place;
+        generations from now on record `version`."""
         if self._llm is None:
             raise EngineError("engine is not started")
         try:
@@ -269,7 +270,7 @@ class LocalVLLMEngine:
             await self._llm.reset_prefix_cache()
         except Exception as e:
             raise EngineError(f"could not load weights from {checkpoint}: {e}") from e
-        self.weight_version += 1
+        self.weight_version = version
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (running or waiting); 0 when idle."""

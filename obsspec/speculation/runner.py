@@ -32,8 +32,6 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 
-from pydantic import Field
-
 from environments.sandbox import DockerSandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.episode import (
@@ -45,12 +43,12 @@ from obsspec.agent.episode import (
     turn_sampling,
 )
 from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, parse_action
-from obsspec.config import StrictModel
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
-from obsspec.speculation.gate import Ask, Gate, GateSettings
+from obsspec.speculation.gate import Ask, Gate
 from obsspec.speculation.node import Node, copy_context, distinct_guesses
 from obsspec.speculation.predictor import Predictor, SpeculationContext
+from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
 
 Match = Callable[[str, str], bool]
@@ -60,21 +58,6 @@ def exact_match(guess: str, real: str) -> bool:
     """Canonical text equality. Guesses are canonicalised before use, and equal texts tokenise
     to equal ids, so a match means the kept reply's context is the real one token for token."""
     return guess == real
-
-
-class SpeculationSettings(StrictModel):
-    depth: int = Field(
-        default=1, ge=1, le=8, description="Turns the policy may run ahead on guessed output."
-    )
-    breadth: int = Field(
-        default=1, ge=1, le=8, description="Distinct guesses tried per command, a branch each."
-    )
-    gate: GateSettings = Field(default_factory=GateSettings)
-    predict_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="A prediction later than this is given up (recorded as failed).",
-    )
 
 
 class SpeculativeLoop:

@@ -131,18 +131,18 @@ async def test_load_weights_swaps_in_place_and_forgets_cached_prefixes(
     greedy = Sampling(max_tokens=8)
     before = await tiny_engine.generate(prompt, greedy)
     version = tiny_engine.weight_version
-    await tiny_engine.load_weights(other)
+    await tiny_engine.load_weights(other, version + 1)
     swapped = await tiny_engine.generate(prompt, greedy)
-    await tiny_engine.load_weights(tiny_model_dir)
+    await tiny_engine.load_weights(tiny_model_dir, version + 2)
     restored = await tiny_engine.generate(prompt, greedy)  # caches the prompt's old-weight KV
-    await tiny_engine.load_weights(other)
+    await tiny_engine.load_weights(other, version + 3)
     swapped_again = await tiny_engine.generate(prompt, greedy)
     assert max(abs(a - b) for a, b in zip(swapped.logprobs, before.logprobs, strict=True)) > 1e-3
     assert restored.token_ids == before.token_ids
     assert restored.logprobs == pytest.approx(before.logprobs, abs=1e-4)
     assert swapped_again.logprobs == pytest.approx(swapped.logprobs, abs=1e-4)
     assert swapped_again.weight_version == version + 3
-    await tiny_engine.load_weights(tiny_model_dir)  # the session's engine, as it was
+    await tiny_engine.load_weights(tiny_model_dir, version)  # the session's engine, as it was
 
 
 async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):

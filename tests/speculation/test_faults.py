@@ -7,7 +7,8 @@ import asyncio
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.errors import EngineError
 from obsspec.speculation.gate import GateMode, GateSettings
-from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
 from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode
 
 LIMITS = EpisodeLimits(max_turns=6, max_tokens=64, temperature=0.7)
@@ -136,7 +137,7 @@ class WeightSyncSandbox(FakeSandbox):
     async def run(self, command: str, timeout_s: float = 60.0):
         if not self.executed:
             await asyncio.sleep(self.exec_s / 2)
-            await self.engine.load_weights(None)
+            await self.engine.load_weights(None, 1)
         return await super().run(command, timeout_s)
 
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from obsspec.agent.episode import EpisodeLimits, play, turn_seed
 from obsspec.speculation.gate import GateMode, GateSettings
-from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop, exact_match
+from obsspec.speculation.runner import SpeculativeLoop, exact_match
+from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import Trajectory
 from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode, truth_of
 

@@ -6,7 +6,8 @@ import itertools
 
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.speculation.gate import GateMode, GateSettings
-from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
 from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode, truth_of
 
 LIMITS = EpisodeLimits(max_turns=5, max_tokens=64, temperature=0.7)

@@ -16,7 +16,8 @@ from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.inference.base import GenerationProgress, Sampling
 from obsspec.inference.scripted import PacedEngine
 from obsspec.speculation.gate import GateMode, GateSettings
-from obsspec.speculation.runner import SpeculationSettings, SpeculativeLoop
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
 from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode, truth_of
 from tests.speculation.test_lossless import semantics
 
