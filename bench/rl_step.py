@@ -45,7 +45,6 @@ def arm_config(args, out: Path, *, speculate: bool, cotrain: bool):
             "tasks": args.tasks,
             "out": out,
             "policy": args.policy,
-            "world_model": args.world_model,
             "steps": args.steps,
             "seed": args.seed,
             "speculate": speculate,
@@ -56,7 +55,10 @@ def arm_config(args, out: Path, *, speculate: bool, cotrain: bool):
             "grpo": {"group_size": args.group_size, "tasks_per_step": args.tasks_per_step},
             "cotrain": {"enabled": cotrain},
             "engine": {"cpu_cores": cores(args.policy_cores)},
-            "wm_cpu_cores": cores(args.wm_cores),
+            "speculation": {
+                "world_model": args.world_model,
+                "wm_cpu_cores": cores(args.wm_cores),
+            },
             "sandbox_cpuset": cores(args.sandbox_cpuset),
         }
     )

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cli import collect, doctor, env, episode, exits, models, profile, rl, sft, train_wm
-from cli.common import json_stdout
+from cli.common import json_stdout, show_config_warnings
 from obsspec import __version__
 
 app = typer.Typer(
@@ -65,6 +65,7 @@ def main() -> None:
     words = sys.argv[1:]
     json_stdout.requested = "--json" in words[: words.index("--") if "--" in words else None]
     json_stdout.silent = os.environ.get("RANK", "0") != "0"
+    show_config_warnings()
     sys.exit(exits.run(app, debug="--debug" in sys.argv[1:]))
 
 

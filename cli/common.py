@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from environments.sandbox import NetworkPolicy
-from obsspec.config import GlobalConfig, load_global_config
+from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
 
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
 # `--json` output can be piped into other tools untouched.
@@ -116,6 +117,21 @@ def image_map_overrides(entries: list[str] | None) -> dict[str, str]:
     merged = parse_env_value(os.environ.get(ENV_VAR, ""))
     merged.update(parse_entries(entries or [], FLAG))
     return merged
+
+
+def show_config_warnings() -> None:
+    """A deprecated config key is one `warning: ...` line on stderr, once, not Python's
+    warning format (file, line and source of the library)."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, ConfigDeprecationWarning):
+            err.print(f"warning: {message}", markup=False, highlight=False)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("once", ConfigDeprecationWarning)
 
 
 def drop_unset(flags: dict[str, Any]) -> dict[str, Any]:

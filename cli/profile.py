@@ -91,12 +91,13 @@ def profile(
     from obsspec.profile.run import profile as run_profile
 
     settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
-    speculation = speculation_flags(depth, breadth, gate)
+    speculation = drop_unset(
+        {"world_model": world_model, **speculation_flags(depth, breadth, gate)}
+    )
     flags: dict[str, Any] = drop_unset(
         {
             "tasks": tasks,
             "policy": policy,
-            "world_model": world_model,
             "episodes_per_task": episodes_per_task,
             "seed": seed,
             "out": out_dir,

@@ -149,7 +149,7 @@ def rl(
         "tasks": tasks,
         "out": out_dir,
         "policy": policy,
-        "world_model": world_model,
+        "speculation": drop_unset({"world_model": world_model}),
         "steps": steps,
         "seed": seed,
         "speculate": False if no_speculate else None,

@@ -8,6 +8,7 @@ edge resolves the home directory and passes concrete paths in.
 from __future__ import annotations
 
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -86,6 +87,35 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigDeprecationWarning(FutureWarning):
+    """A config key that still works but has moved; the CLI prints it once on stderr."""
+
+
+def move_deprecated_keys(data: Any, keys: tuple[str, ...], *, section: str, into: str) -> Any:
+    """`data` with each of `keys` moved from the top level into the `into` table (a value
+    already there wins), each with a ConfigDeprecationWarning naming the new key."""
+    if not isinstance(data, dict) or not any(key in data for key in keys):
+        return data
+    data = dict(data)
+    table = data.get(into, {})
+    if isinstance(table, BaseModel):  # built in code, not read from a file
+        table = table.model_dump()
+    table = dict(table) if isinstance(table, dict) else table
+    for key in keys:
+        if key not in data:
+            continue
+        value = data.pop(key)
+        warnings.warn(
+            f"[{section}] {key} is deprecated; use [{section}.{into}] {key}",
+            ConfigDeprecationWarning,
+            stacklevel=2,
+        )
+        if isinstance(table, dict):
+            table.setdefault(key, value)
+    data[into] = table
+    return data
 
 
 def validate_config(model: type[M], data: dict[str, Any], source: str) -> M:

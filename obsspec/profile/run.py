@@ -6,8 +6,9 @@ It reads top to bottom:
 
     check the models (and the world model's tokenizer), load the tasks, refuse an existing
     --out unless overwrite
-    build the task images (a task that fails is skipped; all failing is an error)
-    start the policy engine and the speculative arm's predictors (cache, rules, world model)
+    open the rollout session: the task images (a task that fails is skipped; all failing is
+    an error), the policy engine and the speculative arm's predictors (cache, rules, world
+    model), the sandbox pools
     for each episode (task, seed), interleaved so machine noise hits every arm alike, its
     prompt prefilled first (so no arm is the only one to pay for it):
         sequential   the plain loop
@@ -25,11 +26,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.gc import run_scope
 from environments.tasks.model import Task
 from obsspec.agent.episode import episode_prompt
 from obsspec.errors import ConfigError, ObsspecError
@@ -39,9 +40,9 @@ from obsspec.profile.figures import ArmEpisodes, profile_figures
 from obsspec.rollout.dataset import ShardWriter, trajectory_row
 from obsspec.rollout.events import Note, TaskSkipped
 from obsspec.rollout.plan import WorkItem, load_task_set, plan_items
-from obsspec.rollout.policy import Policy, open_policy, policy_model
-from obsspec.rollout.speculation import check_world_model, open_speculation
-from obsspec.rollout.worker import Runner, TaskPools, build_images, play_with_retries
+from obsspec.rollout.policy import policy_model
+from obsspec.rollout.session import NoRunnableTask, RolloutSession
+from obsspec.rollout.speculation import check_world_model
 from obsspec.runs import DATA_DIR
 from obsspec.speculation.gate import GateMode
 from obsspec.speculation.runner import SpeculativeLoop
@@ -84,9 +85,11 @@ async def profile(
     engine: Engine | None = None,
     wm_engine: Engine | None = None,
 ) -> dict:
-    arm_config = config.arm_config(config.out or Path("profile"))
-    policy_model(arm_config, models_dir)
-    check_world_model(arm_config, models_dir)
+    """The report; engine and wm_engine: engines the caller owns (tests share one), handed
+    to the session."""
+    settings = config.session_settings()
+    policy_model(settings, models_dir)
+    check_world_model(settings, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=False)
     for path, reason in broken.items():
         emit(TaskSkipped(path, reason))
@@ -94,45 +97,46 @@ async def profile(
         raise ConfigError(f"--tasks {config.tasks}: no task loads ({len(broken)} broken)")
     prepare_out(config)
     items = plan_items(tasks, config.episodes_per_task, config.seed, set())
-    by_id = {task.id: task for task in tasks}
     episodes: list[ArmEpisodes] = []
     lost: list[dict] = []
-    with run_scope("profile") as (client, run_id):
-        images = await build_images(
-            client, by_id, items, False, emit, config.images.map, config.network
-        )
-        items = [item for item in items if item.task_id in images]
-        if not items:
-            raise ObsspecError(
-                f"--tasks {config.tasks}: no task image could be built; nothing to profile",
-                hint="see the skipped tasks above (`obsspec env validate` checks tasks)",
-            )
-        async with (
-            open_policy(arm_config, models_dir, engine=engine) as policy,
-            open_speculation(arm_config, models_dir, policy, wm_engine=wm_engine) as spec_loop,
-            TaskPools(
-                client, run_id, by_id, images, items, config.sandbox_cpuset, config.network
-            ) as pools,
-        ):
-            assert spec_loop is not None
-            writers = arm_writers(config.out)
-            try:
-                for item in items:
-                    arms = Arms(
-                        config, arm_config, policy, spec_loop, pools, by_id[item.task_id], item
-                    )
-                    triple = await arms.run(emit)
-                    if triple is None:
-                        lost.append(arms.lost)
-                    else:
-                        episodes.append(triple)
-                        for arm, writer in writers.items():
-                            writer.add(getattr(triple, arm))
-                    await pools.finished(item.task_id)
-            finally:
-                for writer in writers.values():
-                    writer.close()
-    report = {**profile_figures(episodes), "lost_episodes": lost, "tasks": len(images)}
+    session = RolloutSession(
+        settings,
+        models_dir,
+        tasks,
+        name="profile",
+        planned=Counter(item.task_id for item in items),
+        emit=emit,
+        engine=engine,
+        wm_engine=wm_engine,
+    )
+    try:
+        await session.__aenter__()
+    except NoRunnableTask as e:
+        raise ObsspecError(
+            f"--tasks {config.tasks}: no task image could be built; nothing to profile",
+            hint="see the skipped tasks above (`obsspec env validate` checks tasks)",
+        ) from e
+    try:
+        writers = arm_writers(config.out)
+        try:
+            for item in items:
+                if not session.can_play(item.task_id):
+                    continue
+                arms = Arms(config, session, session.tasks[item.task_id], item)
+                triple = await arms.run(emit)
+                if triple is None:
+                    lost.append(arms.lost)
+                else:
+                    episodes.append(triple)
+                    for arm, writer in writers.items():
+                        writer.add(getattr(triple, arm))
+                await session.finished(item.task_id)
+        finally:
+            for writer in writers.values():
+                writer.close()
+    finally:
+        await session.aclose()
+    report = {**profile_figures(episodes), "lost_episodes": lost, "tasks": len(session.images)}
     report["config"] = config.model_dump(mode="json")
     if config.out is not None:
         write_report(config.out, episodes, report)
@@ -157,27 +161,25 @@ def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
 class Arms:
     """One episode (task, seed) in the three arms, in order."""
 
-    def __init__(self, config, arm_config, policy: Policy, spec_loop, pools, task: Task, item):
-        self.config, self.arm_config = config, arm_config
-        self.policy, self.spec_loop = policy, spec_loop
-        self.pools, self.task, self.item = pools, task, item
+    def __init__(self, config: ProfileConfig, session: RolloutSession, task: Task, item):
+        self.config, self.session = config, session
+        self.task, self.item = task, item
         self.lost: dict = {}
 
     async def run(self, emit: Emit) -> ArmEpisodes | None:
         await self.warm_prompt()
-        seq = await self.episode("seq", None, emit)
+        seq = await self.episode("seq", emit, speculate=False)
         if seq is None:
             return None
-        spec = await self.episode("spec", self.spec_loop, emit)
-        oracle_settings = self.spec_loop.settings.model_copy(
-            update={
-                "gate": self.spec_loop.settings.gate.model_copy(update={"mode": GateMode.always})
-            }
+        spec = await self.episode("spec", emit)
+        spec_loop = self.session.loop
+        assert spec_loop is not None  # profile's session always speculates
+        oracle_settings = spec_loop.settings.model_copy(
+            update={"gate": spec_loop.settings.gate.model_copy(update={"mode": GateMode.always})}
         )
         predictor = OraclePredictor.from_rows([seq], delay_s=self.config.oracle_delay_s)
-        oracle = await self.episode(
-            "oracle", SpeculativeLoop(predictor, settings=oracle_settings), emit
-        )
+        oracle_loop = SpeculativeLoop(predictor, settings=oracle_settings)
+        oracle = await self.episode("oracle", emit, loop=oracle_loop)
         if spec is None or oracle is None:
             return None
         return ArmEpisodes(seq, spec, oracle)
@@ -186,12 +188,16 @@ class Arms:
         """Prefill the episode's prompt before any arm runs. The engine caches prefixes, so
         otherwise the first arm alone would pay for the prompt (the sequential arm, always
         first: the saving would be overstated)."""
-        engine = self.policy.engine_for(self.task)
-        limits = self.policy.limits_for(self.task, self.arm_config.limits)
-        prompt = episode_prompt(self.policy.builder, self.task, limits.action_format)
+        policy = self.session.policy
+        assert policy is not None
+        engine = policy.engine_for(self.task)
+        limits = self.session.limits_for(self.task)
+        prompt = episode_prompt(policy.builder, self.task, limits.action_format)
         await engine.generate(prompt, Sampling(max_tokens=1, temperature=0.0), priority=0)
 
-    async def episode(self, arm: str, loop, emit: Emit) -> dict | None:
+    async def episode(
+        self, arm: str, emit: Emit, *, speculate: bool = True, loop=None
+    ) -> dict | None:
         item: WorkItem = self.item
 
         def failed(trajectory: Trajectory, _attempt: int, final: bool) -> None:
@@ -201,9 +207,8 @@ class Arms:
                 self.lost |= {"arm": arm, "error": error}
                 emit(EpisodeLost(item.task_id, item.episode_index, arm, error))
 
-        runner = Runner(self.policy, loop)
-        played = await play_with_retries(
-            self.task, item, runner, self.pools, self.arm_config, failed
+        played = await self.session.play(
+            self.task, item.seed, speculate=speculate, loop=loop, on_failure=failed
         )
         if played is None:
             return None

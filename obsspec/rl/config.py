@@ -12,28 +12,26 @@
     [rl.placement]
     rollout_workers = 1         # each: a policy engine, a world-model engine, sandboxes
 
-Unknown keys anywhere are errors that name them (StrictModel).
+    [rl.speculation]
+    world_model = "wm"          # [default: the policy's model]
+
+Unknown keys anywhere are errors that name them (StrictModel). The world model's keys once
+sat flat in [rl] (world_model, wm_kv_cache_gb, wm_cpu_cores, wm_max_tokens, threshold); they
+still load, with a warning naming their place under [rl.speculation].
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import CORE_LIST, DEFAULT_MODEL, ImagesConfig, StrictModel, load_pipeline_config
-from obsspec.rollout.config import (
-    CollectConfig,
-    EngineOptions,
-    SpeculationConfig,
-    TaskAccess,
-    access_defaults,
-)
+from obsspec.config import DEFAULT_MODEL, ImagesConfig, StrictModel, load_pipeline_config
+from obsspec.rollout.config import RolloutSettings, SpeculationConfig, access_defaults
 from obsspec.speculation.gate import GateSettings
-from obsspec.speculation.runner import SpeculationSettings
 from world_model.config import CotrainSettings
 
 
@@ -42,10 +40,11 @@ def rl_limits() -> EpisodeLimits:
     return EpisodeLimits(max_turns=8, max_tokens=128, temperature=1.0)
 
 
-def rl_speculation() -> SpeculationSettings:
+def rl_speculation() -> SpeculationConfig:
     """The world model improves as it is co-trained: the gate judges it on its recent
-    outcomes and keeps re-testing families it has written off (see obsspec.speculation.gate)."""
-    return SpeculationSettings(gate=GateSettings(hit_window=20, explore_every=5))
+    outcomes and keeps re-testing families it has written off (see obsspec.speculation.gate).
+    Rollout workers always hold the speculative loop (`speculate` says whether a step uses it)."""
+    return SpeculationConfig(enabled=True, gate=GateSettings(hit_window=20, explore_every=5))
 
 
 class GRPOSettings(StrictModel):
@@ -133,46 +132,36 @@ class PlacementSettings(StrictModel):
         return self.rollout_workers * self.rollout_gpus + self.trainer_gpus + self.wm_trainer_gpus
 
 
-class RLConfig(TaskAccess):
+class RLConfig(RolloutSettings):
+    section: ClassVar[str] = "rl"
+    moved_to_speculation: ClassVar[tuple[str, ...]] = (
+        "world_model",
+        "wm_kv_cache_gb",
+        "wm_cpu_cores",
+        "wm_max_tokens",
+        "threshold",
+    )
+
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
     out: Path = Field(description="The run directory (metrics, checkpoints, TensorBoard).")
     policy: str = Field(default=DEFAULT_MODEL, description="The initial policy (name or dir).")
-    world_model: str | None = Field(
-        default=None, description="The initial world model [default: the policy's model]."
-    )
     steps: int = Field(default=20, ge=1, description="RL steps to run (in all, with resumes).")
     seed: int = Field(default=0, description="Seeds task order, episodes and trainers.")
     limits: EpisodeLimits = Field(default_factory=rl_limits)
-    engine: EngineOptions = Field(default_factory=EngineOptions)
     speculate: bool = Field(
         default=True, description="Speculative rollouts (off: the sequential baseline)."
     )
-    speculation: SpeculationSettings = Field(
-        default_factory=rl_speculation, description="Depth, breadth, gate."
-    )
-    wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
-    wm_cpu_cores: str | None = Field(
-        default=None,
-        pattern=CORE_LIST,
-        description="CPU build: the world-model engine's cores, e.g. '1', away from the "
-        "policy engine's (engine.cpu_cores) [default: vLLM's choice, the same as the policy's].",
-    )
-    wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
-    threshold: float = Field(
-        default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
+    speculation: SpeculationConfig = Field(
+        default_factory=rl_speculation,
+        description="Depth, breadth, gate, and the initial world model [default: the "
+        "policy's model] with its engine (`enabled` is ignored: see `speculate`).",
     )
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     cotrain: CotrainSettings = Field(default_factory=CotrainSettings)
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     concurrency: int = Field(default=8, ge=1, description="Episodes at once per rollout worker.")
-    max_attempts: int = Field(
-        default=3, ge=1, description="Tries per episode when the infrastructure fails."
-    )
     checkpoint_every: int = Field(default=5, ge=1, description="Checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk.")
-    sandbox_cpuset: str | None = Field(
-        default=None, description="Pin every sandbox to these cores, away from the engines'."
-    )
     tensorboard: bool = Field(default=True, description="Also log metrics for TensorBoard.")
     resume: bool = Field(default=False, description="Continue OUT from its last checkpoint.")
     overwrite: bool = Field(default=False, description="Replace a run already in OUT.")
@@ -187,39 +176,24 @@ class RLConfig(TaskAccess):
     def episodes_per_step(self) -> int:
         return self.grpo.group_size * self.grpo.tasks_per_step
 
-    def collect_config(self) -> CollectConfig:
-        """The settings a rollout worker plays its episodes with (collect's own code)."""
-        speculation = SpeculationConfig(
-            **self.speculation.model_dump(),
-            enabled=True,
-            world_model=self.world_model or self.policy,
-            threshold=self.threshold,
-            wm_max_tokens=self.wm_max_tokens,
-            wm_kv_cache_gb=self.wm_kv_cache_gb,
-            wm_cpu_cores=self.wm_cpu_cores,
-        )
-        return CollectConfig(
-            tasks=self.tasks,
-            out=self.out,
-            policy=self.policy,
-            seed=self.seed,
-            limits=self.limits,
-            engine=self.engine,
-            concurrency=self.concurrency,
-            max_attempts=self.max_attempts,
-            sandbox_cpuset=self.sandbox_cpuset,
-            speculation=speculation,
-            images=self.images,
-            network=self.network,
-        )
+    @property
+    def world_model(self) -> str:
+        """The initial world model: the one asked for, else the policy's model."""
+        return self.speculation.world_model or self.policy
+
+    def session_settings(self) -> RLConfig:
+        """What a rollout worker's session runs: the speculative loop always there (each
+        rollout says whether to use it), with the world model resolved."""
+        return self.with_speculation(enabled=True, world_model=self.world_model)
 
     def identity(self) -> dict[str, Any]:
         """What decides what is learned: a resumed run must have the same. Speculation,
-        placement and bookkeeping are not part of it (they change speed, not data)."""
+        placement and bookkeeping are not part of it (they change speed, not data); the
+        world model is, as asked for (None: the policy's)."""
         return {
             "tasks": os.path.abspath(self.tasks),
             "policy": self.policy,
-            "world_model": self.world_model,
+            "world_model": self.speculation.world_model,
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
             "grpo": self.grpo.model_dump(mode="json"),

@@ -59,9 +59,9 @@ class RLRunError(ObsspecError):
 async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda _: None) -> dict:
     bases = (
         resolve_model(config.policy, models_dir),
-        resolve_model(config.world_model or config.policy, models_dir),
+        resolve_model(config.world_model, models_dir),
     )
-    check_world_model(config.collect_config(), models_dir)
+    check_world_model(config.session_settings(), models_dir)
     tasks, broken = load_task_set(config.tasks, strict=False)
     for path, reason in broken.items():
         on_event(Note(f"skipped task {path}: {reason}"))

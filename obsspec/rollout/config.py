@@ -1,10 +1,18 @@
-"""The typed config of `obsspec collect`: defaults < the `[collect]` table of --config < flags."""
+"""The typed configs of rollouts: one shared section, and `obsspec collect`'s own.
+
+RolloutSettings    what collect, rl and profile share, and all a RolloutSession needs:
+                   policy, limits, engine, speculation (with the world model), concurrency,
+                   retries, sandbox cores, images and network. CollectConfig, RLConfig and
+                   ProfileConfig inherit it, so [collect], [rl] and [profile] use the same
+                   keys for the same things.
+CollectConfig      defaults < the `[collect]` table of --config < flags.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -15,9 +23,11 @@ from obsspec.config import (
     DEFAULT_MODEL,
     ImagesConfig,
     StrictModel,
+    deep_merge,
     load_pipeline_config,
+    move_deprecated_keys,
 )
-from obsspec.speculation.runner import SpeculationSettings
+from obsspec.speculation.settings import SpeculationSettings
 
 
 def collect_limits() -> EpisodeLimits:
@@ -48,7 +58,7 @@ class SpeculationConfig(SpeculationSettings):
     world_model: str | None = Field(
         default=None,
         description="World model (name or HF directory) behind the cache and rules "
-        "[default: cache and rules only].",
+        "[default: cache and rules only; rl: the policy's model].",
     )
     threshold: float = Field(
         default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
@@ -90,9 +100,13 @@ def access_defaults(images: ImagesConfig | None) -> dict[str, Any]:
     return {"images": images.model_dump()} if images is not None else {}
 
 
-class CollectConfig(TaskAccess):
-    tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
-    out: Path = Field(description="The run directory (dataset shards, manifest, logs).")
+class RolloutSettings(TaskAccess):
+    """What every pipeline that plays episodes shares; a RolloutSession is built from it."""
+
+    # The config table's name, for messages; keys that moved under [<section>.speculation].
+    section: ClassVar[str] = "rollout"
+    moved_to_speculation: ClassVar[tuple[str, ...]] = ()
+
     policy: str = Field(
         default=DEFAULT_MODEL,
         description="Model name or HF directory, or 'oracle' to replay reference solutions.",
@@ -102,11 +116,52 @@ class CollectConfig(TaskAccess):
         description="Tokenizer (model name or directory) for the oracle policy "
         "[default: the default model].",
     )
-    episodes_per_task: int = Field(default=1, ge=1, description="Episodes of each task.")
-    concurrency: int = Field(default=1, ge=1, description="Episodes at once in each worker.")
-    seed: int = Field(default=0, description="Base seed; each episode's seed derives from it.")
     limits: EpisodeLimits = Field(default_factory=collect_limits)
     engine: EngineOptions = Field(default_factory=EngineOptions)
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
+    concurrency: int = Field(default=1, ge=1, description="Episodes at once in each worker.")
+    max_attempts: int = Field(
+        default=3, ge=1, description="Tries per episode when the infrastructure fails."
+    )
+    sandbox_cpuset: str | None = Field(
+        default=None,
+        description="Pin every sandbox to these cores (e.g. '1'), away from the engines', to "
+        "mimic a cluster where inference and tools do not share processors.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _speculation_table(cls, data: Any) -> Any:
+        """Keys that once sat flat in the table still load, with a warning naming the new
+        key; a speculation table given in part keeps the pipeline's own defaults for the rest
+        (rl's gate settings, profile's and rl's speculation on)."""
+        data = move_deprecated_keys(
+            data, cls.moved_to_speculation, section=cls.section, into="speculation"
+        )
+        if isinstance(data, dict) and isinstance(data.get("speculation"), dict):
+            factory = cls.model_fields["speculation"].default_factory
+            own = factory().model_dump(exclude_unset=True)  # type: ignore[call-arg, misc]
+            data = {**data, "speculation": deep_merge(own, data["speculation"])}
+        return data
+
+    @property
+    def is_oracle(self) -> bool:
+        from obsspec.agent.oracle import ORACLE
+
+        return self.policy == ORACLE
+
+    def with_speculation(self, **update: Any):
+        """A copy whose speculation settings carry `update` (e.g. enabled=True)."""
+        return self.model_copy(update={"speculation": self.speculation.model_copy(update=update)})
+
+
+class CollectConfig(RolloutSettings):
+    section: ClassVar[str] = "collect"
+
+    tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
+    out: Path = Field(description="The run directory (dataset shards, manifest, logs).")
+    episodes_per_task: int = Field(default=1, ge=1, description="Episodes of each task.")
+    seed: int = Field(default=0, description="Base seed; each episode's seed derives from it.")
     shard_episodes: int = Field(
         default=16, ge=1, description="Episodes per Parquet shard (a shard is written when full)."
     )
@@ -114,9 +169,6 @@ class CollectConfig(TaskAccess):
         default=60.0,
         gt=0,
         description="A partial shard is written after this long, bounding what a kill loses.",
-    )
-    max_attempts: int = Field(
-        default=3, ge=1, description="Tries per episode when the infrastructure fails."
     )
     give_up_after: int = Field(
         default=8,
@@ -132,27 +184,15 @@ class CollectConfig(TaskAccess):
     ray_address: str | None = Field(
         default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
     )
-    sandbox_cpuset: str | None = Field(
-        default=None,
-        description="Pin every sandbox to these cores (e.g. '1'), away from the engine's, to "
-        "mimic a cluster where inference and tools do not share processors.",
-    )
     min_free_mb: int = Field(
         default=64, ge=0, description="Refuse to start with less free disk in the run directory."
     )
-    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
 
     @model_validator(mode="after")
     def _ray_needs_workers(self) -> CollectConfig:
         if self.ray_address and self.workers == 0:
             raise ValueError("ray_address needs workers >= 1")
         return self
-
-    @property
-    def is_oracle(self) -> bool:
-        from obsspec.agent.oracle import ORACLE
-
-        return self.policy == ORACLE
 
     def identity(self) -> dict[str, Any]:
         """What decides the data: two invocations with the same identity extend one run.

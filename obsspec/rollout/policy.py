@@ -1,14 +1,12 @@
-"""The policy a collection worker runs: one shared engine, or the oracle (one per episode).
+"""The policy a rollout session runs: one shared engine, or the oracle (one per episode).
 
-async with open_policy(config, models_dir) as policy:
-    engine = policy.engine_for(task)        # the shared engine, or a fresh oracle
-    limits = policy.limits_for(task, config.limits)
+policy = Policy(name, builder, engine, action_format)   # the session builds it
+engine = policy.engine_for(task)                        # the shared engine, or an oracle
+limits = policy.limits_for(task, settings.limits)
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,13 +15,12 @@ from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.agent.oracle import oracle_policy, unplayable
-from obsspec.agent.protocol import ActionFormat, observation_role
+from obsspec.agent.protocol import ActionFormat
 from obsspec.config import DEFAULT_MODEL
 from obsspec.errors import ConfigError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
-from obsspec.models.tokenizer import load_tokenizer
-from obsspec.rollout.config import CollectConfig
+from obsspec.rollout.config import RolloutSettings
 
 
 @dataclass
@@ -87,41 +84,7 @@ def playable_tasks(
     return playable, refused
 
 
-def policy_model(config: CollectConfig, models_dir: Path) -> Path:
+def policy_model(config: RolloutSettings, models_dir: Path) -> Path:
     """The model directory whose tokenizer (and, unless oracle, weights) the policy uses."""
     name = (config.tokenizer or DEFAULT_MODEL) if config.is_oracle else config.policy
     return resolve_model(name, models_dir)
-
-
-@contextlib.asynccontextmanager
-async def open_policy(
-    config: CollectConfig, models_dir: Path, *, engine: Engine | None = None
-) -> AsyncIterator[Policy]:
-    """Load the tokenizer and start the engine (unless one is given: tests share theirs)."""
-
-    model_dir = policy_model(config, models_dir)
-    role = observation_role(config.limits.action_format)
-    builder = ChatContextBuilder(load_tokenizer(model_dir), role)
-    name = config.policy
-    async with contextlib.AsyncExitStack() as stack:
-        if engine is None and not config.is_oracle:
-            engine = await stack.enter_async_context(start_engine(config, model_dir))
-        yield Policy(name, builder, engine, config.limits.action_format)
-
-
-def start_engine(config: CollectConfig, model_dir: Path):
-    """An engine context manager: the OpenAI-compatible server when given, else vLLM here."""
-    from obsspec.inference.openai_http import OpenAIEngine
-    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
-
-    options = config.engine
-    if options.server:
-        return OpenAIEngine(options.server, options.served_name or config.policy)
-    settings = EngineSettings(
-        model=model_dir,
-        max_model_len=options.max_model_len,
-        kv_cache_gb=options.kv_cache_gb,
-        max_num_seqs=max(64, 2 * config.concurrency),
-        cpu_cores=options.cpu_cores,
-    )
-    return LocalVLLMEngine(settings)

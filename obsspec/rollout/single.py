@@ -1,26 +1,21 @@
-"""One episode, wired end to end: engine, tokenizer, task image, sandbox, verifier.
+"""One episode, wired end to end over a RolloutSession: engine, tokenizer, task image,
+sandbox, verifier.
 
 Used by `obsspec episode` so that a person can watch a model work on one task.
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
-from environments.gc import run_scope
-from environments.pool import SandboxPool
-from environments.sandbox import NetworkPolicy, with_network
+from environments.sandbox import NetworkPolicy
 from environments.tasks import load_task
-from environments.tasks.images import TaskImages
-from obsspec.agent.context import ChatContextBuilder
-from obsspec.agent.episode import EpisodeLimits, run_episode
-from obsspec.agent.protocol import observation_role
+from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import GlobalConfig
-from obsspec.inference.openai_http import OpenAIEngine
-from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 from obsspec.models.registry import resolve_model
-from obsspec.models.tokenizer import load_tokenizer
+from obsspec.rollout.config import EngineOptions, RolloutSettings
+from obsspec.rollout.events import Note
+from obsspec.rollout.session import RolloutSession
 from obsspec.trajectory import Trajectory
 
 
@@ -36,24 +31,33 @@ async def watch_episode(
     network: NetworkPolicy = NetworkPolicy.none,
     on_log=lambda _: None,
 ) -> Trajectory:
+    """One attempt (no retry: a failure is shown as it happened)."""
     task = load_task(task_dir)  # bad input fails fast, before the heavy imports
-    task = task.model_copy(update={"limits": with_network(task.limits, network)})
     model_dir = resolve_model(model, settings.paths.models_dir)
+    rollout = RolloutSettings(
+        policy=model,
+        limits=limits,
+        engine=EngineOptions(server=server, served_name=served_name),
+        images=settings.images,
+        network=network,
+        max_attempts=1,
+    )
 
-    builder = ChatContextBuilder(load_tokenizer(model_dir), observation_role(limits.action_format))
-    with run_scope("episode") as (client, run_id):
-        images = TaskImages(client, image_map=settings.images.map, on_log=on_log)
-        image = await images.ensure(task)
-        async with contextlib.AsyncExitStack() as stack:
-            if server:
-                engine = await stack.enter_async_context(OpenAIEngine(server, served_name or model))
-            else:
-                on_log(f"starting vLLM on {model_dir}")
-                engine = await stack.enter_async_context(
-                    LocalVLLMEngine(EngineSettings(model=model_dir))
-                )
-            pool = await stack.enter_async_context(
-                SandboxPool(client, image, task.limits, size=0, run_id=run_id)
-            )
-            on_log("running the episode")
-            return await run_episode(task, pool, engine, builder, limits, seed=seed, model=model)
+    def log(event) -> None:
+        if isinstance(event, Note):
+            on_log(event.message)
+
+    if not server:
+        on_log(f"starting vLLM on {model_dir}")
+    async with RolloutSession(
+        rollout,
+        settings.paths.models_dir,
+        [task],
+        name="episode",
+        planned={task.id: 1},
+        emit=log,
+        strict=True,  # the image's build error is the answer
+        on_build_log=on_log,
+    ) as session:
+        on_log("running the episode")
+        return await session.episode(task, seed)

@@ -22,9 +22,9 @@ def test_the_examples_load(tmp_path):
         EXAMPLE.with_name("rl_cpu_20_steps.toml"), {"tasks": "t", "out": tmp_path}
     )
     assert real.steps == 20 and not real.grpo.reward_requires_done
-    # the two engines on their own cores; the world model's engine settings reach collect's
-    assert real.engine.cpu_cores == "0" and real.wm_cpu_cores == "1"
-    assert real.collect_config().speculation.wm_cpu_cores == "1"
+    # the two engines on their own cores; the world model's engine settings reach the session
+    assert real.engine.cpu_cores == "0" and real.speculation.wm_cpu_cores == "1"
+    assert real.session_settings().speculation.wm_cpu_cores == "1"
 
 
 def test_unknown_keys_are_named(tmp_path):
@@ -111,5 +111,5 @@ def test_trainer_ranks_follow_the_trainer_gpus_and_take_one_each():
 
 
 def test_rl_judges_the_world_model_on_recent_outcomes_and_keeps_trying(tmp_path):
-    gate = load_rl_config(None, {"tasks": "t", "out": tmp_path}).collect_config().speculation.gate
+    gate = load_rl_config(None, {"tasks": "t", "out": tmp_path}).session_settings().speculation.gate
     assert gate.hit_window and gate.explore_every  # it is co-trained: old misses go stale

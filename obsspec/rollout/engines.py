@@ -1,0 +1,58 @@
+"""The engines a rollout session runs: their settings come from one place.
+
+    settings = engine_settings(model_dir, rollout, role="policy")      # or role="world_model"
+    async with open_engine(rollout, model_dir) as engine: ...          # server or vLLM here
+
+The policy engine and the world model's engine share the context length; each has its own
+KV-cache size and cores. Both keep more sequence slots than the episodes in flight can ask
+for (each speculative turn may ask `breadth` replies at once), so that real turns never wait.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from obsspec.inference.vllm_local import EngineSettings
+from obsspec.rollout.config import RolloutSettings
+
+Role = Literal["policy", "world_model"]
+
+
+def engine_settings(
+    model_dir: Path, rollout: RolloutSettings, *, role: Role, seed: int = 0
+) -> EngineSettings:
+    """vLLM settings of the policy's or the world model's engine for these rollouts."""
+    spec = rollout.speculation
+    breadth = spec.breadth if spec.enabled else 1
+    if role == "policy":
+        kv_cache_gb, cpu_cores = rollout.engine.kv_cache_gb, rollout.engine.cpu_cores
+    else:
+        kv_cache_gb, cpu_cores = spec.wm_kv_cache_gb, spec.wm_cpu_cores
+    return EngineSettings(
+        model=model_dir,
+        max_model_len=rollout.engine.max_model_len,
+        kv_cache_gb=kv_cache_gb,
+        max_num_seqs=max(64, 2 * rollout.concurrency * breadth),
+        seed=seed,
+        cpu_cores=cpu_cores,
+    )
+
+
+def open_engine(rollout: RolloutSettings, model_dir: Path, *, seed: int = 0):
+    """The policy's engine, as a context manager: the OpenAI-compatible server when one is
+    configured (engine.server), else vLLM in this process."""
+    from obsspec.inference.openai_http import OpenAIEngine
+    from obsspec.inference.vllm_local import LocalVLLMEngine
+
+    options = rollout.engine
+    if options.server:
+        return OpenAIEngine(options.server, options.served_name or rollout.policy)
+    return LocalVLLMEngine(engine_settings(model_dir, rollout, role="policy", seed=seed))
+
+
+def open_world_model_engine(rollout: RolloutSettings, model_dir: Path, *, seed: int = 0):
+    """The world model's engine (vLLM in this process), as a context manager."""
+    from obsspec.inference.vllm_local import LocalVLLMEngine
+
+    return LocalVLLMEngine(engine_settings(model_dir, rollout, role="world_model", seed=seed))

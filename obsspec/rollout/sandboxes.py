@@ -1,0 +1,114 @@
+"""The sandbox side of a rollout session: task images, and one sandbox pool per task.
+
+    images = await build_images(client, tasks, planned, strict, emit, image_map, network)
+    async with TaskPools(client, run_id, tasks, images, planned, cpuset, network) as pools:
+        sandbox_pool = await pools.pool(task)      # opened on first use
+        await pools.finished(task.id)              # after each episode; the last closes it
+
+Only obsspec.rollout.session uses these: pipelines go through the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+
+from environments.errors import ImageBuildError
+from environments.pool import SandboxPool
+from environments.sandbox import NetworkPolicy, denied_internet, with_network
+from environments.tasks.images import TaskImages
+from environments.tasks.model import Task
+from obsspec.rollout.events import Event, Note, TaskSkipped
+
+Emit = Callable[[Event], None]
+
+
+async def build_images(
+    client,
+    tasks: Mapping[str, Task],
+    planned: Mapping[str, int],
+    strict: bool,
+    emit: Emit,
+    image_map: Mapping[str, str] | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
+    on_log: Callable[[str], None] = lambda _: None,
+) -> dict[str, str]:
+    """task id -> image tag for every planned task whose image exists or builds (FROM images
+    replaced as image_map says); a task whose build fails is reported as TaskSkipped with its
+    planned episodes (with strict, the error is raised). Says which tasks the network policy
+    denies internet."""
+    builder = TaskImages(client, image_map=image_map, on_log=on_log)
+    emit(Note(f"preparing {len(planned)} task images"))
+    denied = [t for t in planned if denied_internet(tasks[t].limits, network)]
+    if denied:
+        emit(
+            Note(
+                f"--network {network}: no network for {len(denied)} task(s) that allow "
+                f"internet ({', '.join(sorted(denied)[:5])})"
+            )
+        )
+
+    async def one(task_id: str) -> tuple[str, str | None]:
+        try:
+            return task_id, await builder.ensure(tasks[task_id])
+        except ImageBuildError as e:
+            if strict:
+                raise
+            reason = f"image build failed: {e}"
+            emit(TaskSkipped(task_id, reason, planned[task_id], tuple(e.log_tail)))
+            return task_id, None
+
+    built = await asyncio.gather(*(one(task_id) for task_id in planned))
+    return {task_id: tag for task_id, tag in built if tag is not None}
+
+
+class TaskPools:
+    """One sandbox pool per task image, opened on first use, closed after the task's last
+    expected episode; a task with more episodes to come keeps one sandbox warm."""
+
+    def __init__(
+        self,
+        client,
+        run_id: str,
+        tasks: Mapping[str, Task],
+        images: Mapping[str, str],
+        expected: Mapping[str, int],
+        cpuset: str | None = None,
+        network: NetworkPolicy = NetworkPolicy.none,
+    ) -> None:
+        self.client = client
+        self.cpuset = cpuset
+        self.network = network
+        self.run_id = run_id
+        self.tasks = tasks
+        self.images = images
+        self.remaining = Counter(expected)
+        self._pools: dict[str, SandboxPool] = {}
+
+    async def __aenter__(self) -> TaskPools:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.gather(*(pool.aclose() for pool in self._pools.values()))
+
+    def expect(self, task_ids: Iterable[str]) -> None:
+        """More episodes of these tasks are coming (one per id)."""
+        self.remaining.update(task_ids)
+
+    async def pool(self, task: Task) -> SandboxPool:
+        if task.id not in self._pools:
+            warm = 1 if self.remaining[task.id] > 1 else 0
+            limits = with_network(task.limits, self.network)
+            if self.cpuset is not None:
+                limits = limits.model_copy(update={"cpuset": self.cpuset})
+            pool = SandboxPool(
+                self.client, self.images[task.id], limits, size=warm, run_id=self.run_id
+            )
+            self._pools[task.id] = await pool.__aenter__()
+        return self._pools[task.id]
+
+    async def finished(self, task_id: str) -> None:
+        self.remaining[task_id] -= 1
+        if self.remaining[task_id] <= 0 and task_id in self._pools:
+            await self._pools.pop(task_id).aclose()
