@@ -113,3 +113,48 @@ def test_trainer_ranks_follow_the_trainer_gpus_and_take_one_each():
 def test_rl_judges_the_world_model_on_recent_outcomes_and_keeps_trying(tmp_path):
     gate = load_rl_config(None, {"tasks": "t", "out": tmp_path}).session_settings().speculation.gate
     assert gate.hit_window and gate.explore_every  # it is co-trained: old misses go stale
+
+
+def test_the_old_flat_world_model_keys_load_with_a_warning_naming_the_new_key(tmp_path):
+    from obsspec.config import ConfigDeprecationWarning
+
+    old = tmp_path / "old.toml"
+    old.write_text(
+        '[rl]\nworld_model = "wm"\nwm_kv_cache_gb = 2.0\nwm_cpu_cores = "1"\n'
+        "wm_max_tokens = 64\nthreshold = 0.7\n"
+    )
+    with pytest.warns(ConfigDeprecationWarning) as caught:
+        config = load_rl_config(old, {"tasks": "t", "out": tmp_path})
+    messages = {str(w.message) for w in caught}
+    assert "[rl] wm_kv_cache_gb is deprecated; use [rl.speculation] wm_kv_cache_gb" in messages
+    assert len(messages) == 5
+    new = tmp_path / "new.toml"
+    new.write_text(
+        '[rl.speculation]\nworld_model = "wm"\nwm_kv_cache_gb = 2.0\nwm_cpu_cores = "1"\n'
+        "wm_max_tokens = 64\nthreshold = 0.7\n"
+    )
+    assert load_rl_config(new, {"tasks": "t", "out": tmp_path}) == config
+    # the run's identity is what it was, so that runs made before the move resume
+    assert config.identity()["world_model"] == "wm"
+    assert load_rl_config(None, {"tasks": "t", "out": tmp_path}).identity()["world_model"] is None
+    # a speculation table given in part keeps rl's own defaults for the rest
+    assert config.speculation.gate.hit_window == 20 and config.speculation.gate.explore_every == 5
+
+    result = obsspec("rl", "--config", str(old), "--tasks", str(tmp_path / "none"),
+                     "--out", str(tmp_path / "o"))  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    warning = "warning: [rl] world_model is deprecated; use [rl.speculation] world_model"
+    assert result.stderr.count(warning) == 1
+
+
+def test_the_world_model_flag_sets_the_new_key(tmp_path):
+    from obsspec.profile.config import ProfileConfig
+
+    config = load_rl_config(
+        None, {"tasks": "t", "out": tmp_path, "speculation": {"world_model": "w"}}
+    )
+    assert config.world_model == "w" and config.session_settings().speculation.enabled
+    assert load_rl_config(None, {"tasks": "t", "out": tmp_path}).world_model == config.policy
+    with pytest.warns(FutureWarning, match=r"\[profile\] world_model is deprecated"):
+        profile = ProfileConfig.model_validate({"tasks": "t", "world_model": "w"})
+    assert profile.speculation.world_model == "w" and profile.speculation.enabled
