@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from obsspec.config import DEFAULT_MODEL, ImagesConfig, load_pipeline_config
-from obsspec.rollout.config import RolloutSettings, SpeculationConfig, access_defaults
+from obsspec.config import DEFAULT_MODEL, ImagesConfig
+from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 
 
 class ProfileConfig(RolloutSettings):
@@ -49,11 +49,11 @@ def load_profile_config(
     default_policy: str = DEFAULT_MODEL,
     images: ImagesConfig | None = None,
 ) -> ProfileConfig:
-    return load_pipeline_config(
+    return load_rollout_config(
         ProfileConfig,
-        "profile",
         config_file,
         flags,
         required=REQUIRED,
-        defaults={"policy": default_policy, **access_defaults(images)},
+        default_policy=default_policy,
+        images=images,
     )

@@ -29,8 +29,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, ImagesConfig, StrictModel, load_pipeline_config
-from obsspec.rollout.config import RolloutSettings, SpeculationConfig, access_defaults
+from obsspec.config import DEFAULT_MODEL, ImagesConfig, StrictModel
+from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 from obsspec.speculation.gate import GateSettings
 from world_model.config import CotrainSettings
 
@@ -211,7 +211,11 @@ def load_rl_config(
     default_policy: str = DEFAULT_MODEL,
     images: ImagesConfig | None = None,
 ) -> RLConfig:
-    defaults = {"policy": default_policy, **access_defaults(images)}
-    return load_pipeline_config(
-        RLConfig, "rl", config_file, flags, required=REQUIRED, defaults=defaults
+    return load_rollout_config(
+        RLConfig,
+        config_file,
+        flags,
+        required=REQUIRED,
+        default_policy=default_policy,
+        images=images,
     )

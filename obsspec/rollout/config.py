@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -210,6 +210,27 @@ class CollectConfig(RolloutSettings):
 REQUIRED = {"tasks": "--tasks", "out": "--out"}
 
 
+R = TypeVar("R", bound=RolloutSettings)
+
+
+def load_rollout_config(
+    model: type[R],
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    required: dict[str, str],
+    default_policy: str = DEFAULT_MODEL,
+    images: ImagesConfig | None = None,
+) -> R:
+    """The `[<model.section>]` table of config_file (if any), overlaid with the flags the
+    user set; the policy defaults to default_policy (the global config's default model), the
+    image map to images (the global config's, so that the run directory records the map used)."""
+    defaults = {"policy": default_policy, **access_defaults(images)}
+    return load_pipeline_config(
+        model, model.section, config_file, flags, required=required, defaults=defaults
+    )
+
+
 def load_collect_config(
     config_file: Path | None,
     flags: dict[str, Any],
@@ -217,10 +238,11 @@ def load_collect_config(
     default_policy: str = DEFAULT_MODEL,
     images: ImagesConfig | None = None,
 ) -> CollectConfig:
-    """The `[collect]` table of config_file (if any), overlaid with the flags the user set;
-    the policy defaults to default_policy (the global config's default model), the image map
-    to images (the global config's, so that the run directory records the map used)."""
-    defaults = {"policy": default_policy, **access_defaults(images)}
-    return load_pipeline_config(
-        CollectConfig, "collect", config_file, flags, required=REQUIRED, defaults=defaults
+    return load_rollout_config(
+        CollectConfig,
+        config_file,
+        flags,
+        required=REQUIRED,
+        default_policy=default_policy,
+        images=images,
     )
