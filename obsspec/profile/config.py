@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from obsspec.config import DEFAULT_MODEL, ImagesConfig
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 
 
 class ProfileConfig(RolloutSettings):
     section: ClassVar[str] = "profile"
+    required_flags: ClassVar[dict[str, str]] = {"tasks": "--tasks"}
     moved_to_speculation: ClassVar[tuple[str, ...]] = ("world_model",)
 
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
@@ -39,21 +39,8 @@ class ProfileConfig(RolloutSettings):
         return self.with_speculation(enabled=True)
 
 
-REQUIRED = {"tasks": "--tasks"}
-
-
 def load_profile_config(
-    config_file: Path | None,
-    flags: dict[str, Any],
-    *,
-    default_policy: str = DEFAULT_MODEL,
-    images: ImagesConfig | None = None,
+    config_file: Path | None, flags: dict[str, Any], **defaults: Any
 ) -> ProfileConfig:
-    return load_rollout_config(
-        ProfileConfig,
-        config_file,
-        flags,
-        required=REQUIRED,
-        default_policy=default_policy,
-        images=images,
-    )
+    """defaults: default_policy and images (see load_rollout_config)."""
+    return load_rollout_config(ProfileConfig, config_file, flags, **defaults)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
-from obsspec.config import DEFAULT_MODEL, ImagesConfig, StrictModel
+from obsspec.config import DEFAULT_MODEL, StrictModel
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 from obsspec.speculation.gate import GateSettings
 from world_model.config import CotrainSettings
@@ -134,6 +134,7 @@ class PlacementSettings(StrictModel):
 
 class RLConfig(RolloutSettings):
     section: ClassVar[str] = "rl"
+    required_flags: ClassVar[dict[str, str]] = {"tasks": "--tasks", "out": "--out"}
     moved_to_speculation: ClassVar[tuple[str, ...]] = (
         "world_model",
         "wm_kv_cache_gb",
@@ -201,21 +202,6 @@ class RLConfig(RolloutSettings):
         }
 
 
-REQUIRED = {"tasks": "--tasks", "out": "--out"}
-
-
-def load_rl_config(
-    config_file: Path | None,
-    flags: dict[str, Any],
-    *,
-    default_policy: str = DEFAULT_MODEL,
-    images: ImagesConfig | None = None,
-) -> RLConfig:
-    return load_rollout_config(
-        RLConfig,
-        config_file,
-        flags,
-        required=REQUIRED,
-        default_policy=default_policy,
-        images=images,
-    )
+def load_rl_config(config_file: Path | None, flags: dict[str, Any], **defaults: Any) -> RLConfig:
+    """defaults: default_policy and images (see load_rollout_config)."""
+    return load_rollout_config(RLConfig, config_file, flags, **defaults)

@@ -103,8 +103,10 @@ def access_defaults(images: ImagesConfig | None) -> dict[str, Any]:
 class RolloutSettings(TaskAccess):
     """What every pipeline that plays episodes shares; a RolloutSession is built from it."""
 
-    # The config table's name, for messages; keys that moved under [<section>.speculation].
+    # The config table's name; settings with no default, and the flag that gives each;
+    # keys that moved under [<section>.speculation].
     section: ClassVar[str] = "rollout"
+    required_flags: ClassVar[dict[str, str]] = {}
     moved_to_speculation: ClassVar[tuple[str, ...]] = ()
 
     policy: str = Field(
@@ -157,6 +159,7 @@ class RolloutSettings(TaskAccess):
 
 class CollectConfig(RolloutSettings):
     section: ClassVar[str] = "collect"
+    required_flags: ClassVar[dict[str, str]] = {"tasks": "--tasks", "out": "--out"}
 
     tasks: str = Field(description="A task directory, a directory of tasks, or a glob.")
     out: Path = Field(description="The run directory (dataset shards, manifest, logs).")
@@ -206,10 +209,6 @@ class CollectConfig(RolloutSettings):
         }
 
 
-# Settings with no default: a flag or the config file must give them.
-REQUIRED = {"tasks": "--tasks", "out": "--out"}
-
-
 R = TypeVar("R", bound=RolloutSettings)
 
 
@@ -218,7 +217,6 @@ def load_rollout_config(
     config_file: Path | None,
     flags: dict[str, Any],
     *,
-    required: dict[str, str],
     default_policy: str = DEFAULT_MODEL,
     images: ImagesConfig | None = None,
 ) -> R:
@@ -226,23 +224,14 @@ def load_rollout_config(
     user set; the policy defaults to default_policy (the global config's default model), the
     image map to images (the global config's, so that the run directory records the map used)."""
     defaults = {"policy": default_policy, **access_defaults(images)}
+    required = model.required_flags
     return load_pipeline_config(
         model, model.section, config_file, flags, required=required, defaults=defaults
     )
 
 
 def load_collect_config(
-    config_file: Path | None,
-    flags: dict[str, Any],
-    *,
-    default_policy: str = DEFAULT_MODEL,
-    images: ImagesConfig | None = None,
+    config_file: Path | None, flags: dict[str, Any], **defaults: Any
 ) -> CollectConfig:
-    return load_rollout_config(
-        CollectConfig,
-        config_file,
-        flags,
-        required=REQUIRED,
-        default_policy=default_policy,
-        images=images,
-    )
+    """defaults: default_policy and images (see load_rollout_config)."""
+    return load_rollout_config(CollectConfig, config_file, flags, **defaults)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from environments.errors import ImageBuildError
 from environments.pool import SandboxPool
@@ -63,28 +65,20 @@ async def build_images(
     return {task_id: tag for task_id, tag in built if tag is not None}
 
 
+@dataclass
 class TaskPools:
     """One sandbox pool per task image, opened on first use, closed after the task's last
-    expected episode; a task with more episodes to come keeps one sandbox warm."""
+    expected episode (`remaining`: task id -> episodes to come); a task with more episodes
+    to come keeps one sandbox warm."""
 
-    def __init__(
-        self,
-        client,
-        run_id: str,
-        tasks: Mapping[str, Task],
-        images: Mapping[str, str],
-        expected: Mapping[str, int],
-        cpuset: str | None = None,
-        network: NetworkPolicy = NetworkPolicy.none,
-    ) -> None:
-        self.client = client
-        self.cpuset = cpuset
-        self.network = network
-        self.run_id = run_id
-        self.tasks = tasks
-        self.images = images
-        self.remaining = Counter(expected)
-        self._pools: dict[str, SandboxPool] = {}
+    client: Any
+    run_id: str
+    tasks: Mapping[str, Task]
+    images: Mapping[str, str]
+    remaining: Counter[str]
+    cpuset: str | None = None
+    network: NetworkPolicy = NetworkPolicy.none
+    _pools: dict[str, SandboxPool] = field(default_factory=dict)
 
     async def __aenter__(self) -> TaskPools:
         return self

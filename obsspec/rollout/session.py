@@ -141,7 +141,7 @@ class RolloutSession:
             )
         self.policy = await self._open_policy()
         self.loop = await self._open_speculation(self.policy)
-        expected = self.planned if self.planned is not None else {}
+        expected = Counter(self.planned or {})
         self._pools = await self._stack.enter_async_context(
             TaskPools(
                 client,
