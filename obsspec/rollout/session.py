@@ -10,8 +10,8 @@ Opening it reads top to bottom:
     connect to Docker under a fresh run id (its containers are removed however it ends), and
     remove the containers that dead runs on this host left behind (e.g. a killed collect)
     build the images of the planned tasks; a task whose image fails is reported through
-    `emit` (TaskSkipped) and kept in `skipped`; none left is NoRunnableTask, raised before
-    any engine starts
+    `emit` (TaskSkipped) and kept in `skipped`; none left (or none planned) is
+    NoRunnableTask, raised before any engine starts
     the policy: its tokenizer, and its engine (OpenAI-compatible server or vLLM here), or
     the oracle, which replays each task's reference solution
     with speculation on: the predictor cascade (cache, rules, and the world model on its
@@ -133,7 +133,9 @@ class RolloutSession:
             settings.network,
             self.on_build_log,
         )
-        if planned and not self.images:
+        if not self.images:  # before the engines, which take a minute to start
+            if not planned:
+                raise NoRunnableTask("no task to play: no episode is planned")
             first = next(iter(self.skipped.items()), ("", ""))
             raise NoRunnableTask(
                 f"no task can run: every task image failed to build (e.g. {first[0]}: {first[1]})",

@@ -59,8 +59,6 @@ async def run_worker(
     """Play the job's items; engine and wm_engine: engines the caller owns (tests share
     one), passed to the session."""
     config = job.config
-    if not job.items:
-        return
     session = RolloutSession(
         config,
         job.models_dir,
@@ -75,7 +73,8 @@ async def run_worker(
     try:
         await session.__aenter__()
     except NoRunnableTask:
-        return  # every task was reported skipped; their episodes are missing
+        return  # nothing planned (a finished run resumed: its leftovers are gone), or
+        # every task was reported skipped: their episodes are missing
     try:
         items = [item for item in job.items if session.can_play(item.task_id)]
         writer = ShardWriter(
