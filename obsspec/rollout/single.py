@@ -13,6 +13,7 @@ from environments.tasks import load_task
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import GlobalConfig
 from obsspec.models.registry import resolve_model
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import EngineOptions, RolloutSettings
 from obsspec.rollout.events import Note
 from obsspec.rollout.session import RolloutSession
@@ -34,6 +35,7 @@ async def watch_episode(
     """One attempt (no retry: a failure is shown as it happened)."""
     task = load_task(task_dir)  # bad input fails fast, before the heavy imports
     model_dir = resolve_model(model, settings.paths.models_dir)
+    load_tokenizer(model_dir)  # a broken model is refused before Docker is touched
     rollout = RolloutSettings(
         policy=model,
         limits=limits,
