@@ -1,8 +1,8 @@
 """What happens when... : every fault a user can meet, what they see, and the tests that prove it.
 
 The table of the same name in docs/faults.md is generated from FAULTS (`python -m tests.faults`
-prints it), and tests/test_readme_faults.py checks that the two agree row for row and that every test
-named here exists. A new fault handled gets a row here, with its test, then in docs/faults.md.
+prints it), and tests/test_readme_faults.py checks that the two agree row for row and that every
+test named here exists. A new fault handled gets a row here, with its test, then in docs/faults.md.
 
 Exit codes are those of the command the user ran (`obsspec collect` unless the row says
 otherwise); "-" where the fault does not end the command.
