@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from environments.suite.families._common import PROJECT_NAMES, WORDS, _json
 from environments.suite.families._py_modules import PY_MODULES, Bug, PyModule, _buggy, _module_test
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 GIT_BUILD = r'''"""Builds the task's git repository from history.json, reproducibly (fixed dates).
 
