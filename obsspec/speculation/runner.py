@@ -34,7 +34,7 @@ from collections.abc import Callable, Coroutine
 
 from pydantic import Field
 
-from environments.sandbox import DockerSandbox
+from environments.sandbox_protocol import Sandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.episode import (
     EpisodeEnd,
@@ -98,7 +98,7 @@ class SpeculativeLoop:
         self,
         trajectory: Trajectory,
         context: TokenContext,
-        sandbox: DockerSandbox,
+        sandbox: Sandbox,
         engine: Engine,
         builder: ChatContextBuilder,
         limits: EpisodeLimits,
@@ -112,7 +112,7 @@ class SpeculativeEpisode:
         self,
         loop: SpeculativeLoop,
         trajectory: Trajectory,
-        sandbox: DockerSandbox,
+        sandbox: Sandbox,
         engine: Engine,
         builder: ChatContextBuilder,
         limits: EpisodeLimits,
