@@ -266,9 +266,9 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
 
 def read_commands():
     """Commands from stdin, as a terminal reads them: a heredoc, a loop or an open quote takes
-    the lines that finish it (environments.tasks.solution_split.typed_commands). With a
+    the lines that finish it (environments.tasks.bash_commands.typed_commands). With a
     terminal, a `sandbox$` prompt, `>` on continuation lines, and Ctrl-D to end."""
-    from environments.tasks.solution_split import typed_commands
+    from environments.tasks.bash_commands import typed_commands
 
     interactive = sys.stdin.isatty()
 

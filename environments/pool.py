@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from environments.sandbox import DockerSandbox, SandboxLimits
+from environments.sandbox_protocol import Sandbox
 from environments.shell import ShellSettings
 
 
@@ -29,6 +30,8 @@ class PoolStats:
 
 
 class SandboxPool:
+    """A SandboxProvider (environments.sandbox_protocol) of DockerSandboxes."""
+
     def __init__(
         self,
         client,
@@ -48,7 +51,7 @@ class SandboxPool:
         self.shell = shell
         self.stats = PoolStats()
         self._warm: asyncio.Queue[DockerSandbox] = asyncio.Queue()
-        self._leased: set[DockerSandbox] = set()
+        self._leased: set[Sandbox] = set()
         self._refills: set[asyncio.Task] = set()
         self._starts = asyncio.Semaphore(max_parallel_starts)
         self._closed = False
@@ -107,7 +110,7 @@ class SandboxPool:
         self.stats.acquire_ms.append((time.monotonic() - start) * 1000)
         return sandbox
 
-    async def release(self, sandbox: DockerSandbox) -> None:
+    async def release(self, sandbox: Sandbox) -> None:
         self._leased.discard(sandbox)
         await sandbox.aclose()
         if self._warm.qsize() + len(self._refills) < self.size:

@@ -122,6 +122,8 @@ def container_options(limits: SandboxLimits, run_id: str) -> dict:
 
 
 class DockerSandbox:
+    """A Sandbox (environments.sandbox_protocol) in a Docker container."""
+
     def __init__(
         self,
         client,
@@ -197,6 +199,17 @@ class DockerSandbox:
         if self.shell is None:
             raise SandboxError("the sandbox is not started (use `async with`)")
         return await self.shell.run(command, timeout_s)
+
+    async def run_fresh(self, command: str, timeout_s: float = 60.0) -> ExecResult:
+        """Run in a new shell of the sandbox: none of the persistent shell's state applies."""
+        if self.container is None:
+            raise SandboxError("the sandbox is not started (use `async with`)")
+        shell = PersistentShell(self.client, self.container.id, self.shell_settings)
+        await shell.start()
+        try:
+            return await shell.run(command, timeout_s)
+        finally:
+            await shell.close()
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float = 60.0):
         """A command outside the persistent shell (fresh process, no shell state)."""

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from environments.errors import ImageBuildError, VerifierError
 from environments.sandbox import DockerSandbox, NetworkPolicy, with_network
+from environments.sandbox_protocol import Sandbox
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
 from environments.tasks.solution_run import run_solution_script
@@ -144,7 +145,7 @@ class Verdict:
     rewards: dict[str, float] = field(default_factory=dict)
 
 
-async def verdict_of(task: Task, sandbox: DockerSandbox, expected: float) -> Verdict:
+async def verdict_of(task: Task, sandbox: Sandbox, expected: float) -> Verdict:
     try:
         async with sandbox.network_for_verifier():
             outcome = await verify(task, sandbox)

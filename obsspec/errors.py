@@ -14,6 +14,8 @@
     │   │                           (obsspec.inference)
     │   └── ContextLengthError      the context no longer fits the model (not retryable:
     │                               the episode ends with that reason)
+    ├── TrainingError               training cannot go on: a non-finite gradient or loss
+    │                               (obsspec.train)
     └── EnvironmentFailure          anything that touches a sandbox (environments.errors):
         ├── DockerUnavailable       no Docker daemon answers
         ├── ImageBuildError         an image could not be built (carries the log tail)
@@ -79,3 +81,7 @@ class ContextLengthError(EngineError):
     """The context no longer fits the engine: the episode ends; retrying cannot help."""
 
     retryable = False
+
+
+class TrainingError(ObsspecError):
+    """Training could not go on (a non-finite gradient or loss); the same settings fail again."""

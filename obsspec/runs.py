@@ -32,7 +32,7 @@ def shard_paths(data_dir: Path) -> list[Path]:
 
 
 def read_rows(run_dir: Path, *, flag: str = "--data") -> list[dict]:
-    """Every episode of a run, as dicts in the dataset schema (README, "Dataset schema")."""
+    """Every episode of a run, as dicts in the dataset schema (docs/datasets.md)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -1,8 +1,8 @@
 """What happens when... : every fault a user can meet, what they see, and the tests that prove it.
 
-The README's table of the same name is generated from FAULTS (`python -m tests.faults` prints
-it), and tests/test_readme_faults.py checks that the two agree row for row and that every test
-named here exists. A new fault handled gets a row here, with its test, then in the README.
+The table of the same name in docs/faults.md is generated from FAULTS (`python -m tests.faults`
+prints it), and tests/test_readme_faults.py checks that the two agree row for row and that every
+test named here exists. A new fault handled gets a row here, with its test, then in docs/faults.md.
 
 Exit codes are those of the command the user ran (`obsspec collect` unless the row says
 otherwise); "-" where the fault does not end the command.
@@ -380,7 +380,7 @@ HEADER = (
 
 
 def markdown_table(faults: list[Fault] = FAULTS) -> str:
-    """The README's table: one row per fault, its tests by node id."""
+    """The table of docs/faults.md: one row per fault, its tests by node id."""
     lines = list(HEADER)
     for f in faults:
         tests = "<br>".join(f"`{test}`" for test in f.tests)

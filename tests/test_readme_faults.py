@@ -1,5 +1,5 @@
-"""The README's "What happens when..." table is tests/faults.py's, row for row, and every test
-it names exists (as pytest collects it)."""
+"""The "What happens when..." table of docs/faults.md is tests/faults.py's, row for row, and
+every test it names exists (as pytest collects it)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,26 @@ from pathlib import Path
 from tests.faults import FAULTS, HEADER, markdown_table
 
 ROOT = Path(__file__).parent.parent
-HEADING = "## What happens when..."
+FAULTS_PAGE = ROOT / "docs" / "faults.md"
+HEADING = "# What happens when..."
 
 
-def readme_table() -> list[str]:
+def documented_table() -> list[str]:
     """The table under the heading: its lines from the header to the first non-table line."""
-    lines = (ROOT / "README.md").read_text().splitlines()
-    assert HEADING in lines, f"README.md has no '{HEADING}' section"
+    lines = FAULTS_PAGE.read_text().splitlines()
+    assert HEADING in lines, f"docs/faults.md has no '{HEADING}' heading"
     start = lines.index(HEADER[0], lines.index(HEADING))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return lines[start:end]
 
 
-def test_readme_table_is_the_fault_list():
+def test_documented_table_is_the_fault_list():
     want = markdown_table().splitlines()
-    got = readme_table()
+    got = documented_table()
     for index, (line, expected) in enumerate(zip(got, want, strict=False)):
         assert line == expected, (
-            f"README row {index - 1} differs from tests/faults.py (paste the output of "
-            f"`python -m tests.faults`):\n  README: {line}\n  faults: {expected}"
+            f"docs/faults.md row {index - 1} differs from tests/faults.py (paste the output of "
+            f"`python -m tests.faults`):\n  docs: {line}\n  faults: {expected}"
         )
     assert len(got) == len(want), "run `python -m tests.faults` and paste the table"
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from obsspec.agent.protocol import ActionFormat
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import load_full_weights, save_hf_weights
 from obsspec.train.config import TrainSettings
-from obsspec.train.loop import TrainingError, autocast
-from obsspec.train.model import batch_tensors, labelled_loss_sum, load_model, placement
+from obsspec.train.core import TrainerCore
+from obsspec.train.model import batch_tensors, labelled_loss_sum, load_model
+from obsspec.train.precision import autocast, placement
 from obsspec.train.sequences import Sample, pack
 from world_model.config import CotrainSettings
 from world_model.data import world_model_prompt
@@ -76,7 +76,14 @@ class CoTrainer:
         self.where = placement(TrainSettings(device=device))
         self.model = load_model(base, self.where, None)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        self.core = TrainerCore(  # constant lr
+            self.model,
+            lr=settings.lr,
+            weight_decay=0.01,  # torch's AdamW default, what co-training has always used
+            max_grad_norm=settings.max_grad_norm,
+            gradient_name="the world model's gradient",
+            lr_option="cotrain.lr",
+        )
         self.replay = ReplayBuffer(settings.replay_size, seed)
 
     def update(self, rows: list[dict]) -> dict[str, float]:
@@ -101,44 +108,28 @@ class CoTrainer:
 
     def optimizer_step(self, sequences) -> float:
         """One step over every sequence (token mean over all their labelled tokens)."""
-        import torch
-
         labelled = sum(s.target_tokens for s in sequences)
         lengths = [len(s.ids) for s in sequences]
-        self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for batch in plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0):
+
+        def loss_of(batch):
+            nonlocal total
             tensors = batch_tensors([sequences[i] for i in batch], self.pad_id, self.where.device)
             with autocast(self.where):
                 loss, _ = labelled_loss_sum(self.model, *tensors)
-            (loss / labelled).backward()
             total += loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        if not torch.isfinite(norm):
-            raise TrainingError(f"the world model's gradient became {float(norm)}; lower its lr")
-        self.optimizer.step()
+            return loss / labelled
+
+        batches = plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0)
+        self.core.step(batches, loss_of)
         return total / max(labelled, 1)
 
     def save_weights(self, out: Path) -> Path:
-
-        return save_hf_weights(self.model, out)
+        return self.core.save_weights(out)
 
     def save(self, folder: Path) -> None:
-        import torch
-
-        self.save_weights(folder / "model")
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "replay": self.replay.state(),
-            "torch_rng": torch.get_rng_state(),
-        }
-        torch.save(state, folder / "trainer.pt")
+        self.core.save(folder, {"replay": self.replay.state()})
 
     def restore(self, folder: Path) -> None:
-        import torch
-
-        load_full_weights(self.model, folder / "model")
-        state = torch.load(folder / "trainer.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        state = self.core.load(folder)
         self.replay.load(state["replay"])
-        torch.set_rng_state(state["torch_rng"])

@@ -16,6 +16,8 @@ Same seed -> byte-identical directories: every random choice comes from a Random
 (seed, family, index), and nothing reads the clock or the machine.
 """
 
-from environments.suite.generate import FAMILIES, GeneratedTask, generate
+from environments.suite.families import FAMILIES
+from environments.suite.generate import generate
+from environments.suite.registry import GeneratedTask
 
 __all__ = ["FAMILIES", "GeneratedTask", "generate"]

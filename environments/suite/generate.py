@@ -4,40 +4,13 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from environments.suite.families import FAMILIES
+from environments.suite.registry import GeneratedTask
 
 GENERATOR_VERSION = 1
 BASE_IMAGE = "obsspec/base:latest"
-
-
-@dataclass
-class GeneratedTask:
-    """One task as a family produces it, before it is written to disk."""
-
-    instruction: str
-    setup_sh: str  # bash, run as root in /tmp/setup at image build time (no network)
-    check_sh: str  # bash, run after the agent phase: exit 0 if and only if solved
-    solution: list[str]  # the reference solution: one shell command per entry, one line each
-    setup_files: dict[str, str | bytes] = field(default_factory=dict)  # next to setup.sh
-    test_files: dict[str, str | bytes] = field(default_factory=dict)  # next to check.sh
-    agent_timeout_s: int = 900
-    verifier_timeout_s: int = 180
-
-
-Family = Callable[[random.Random], GeneratedTask]
-FAMILIES: dict[str, Family] = {}
-
-
-def family(name: str) -> Callable[[Family], Family]:
-    """Register a family under `name` (decorator)."""
-
-    def register(fn: Family) -> Family:
-        FAMILIES[name] = fn
-        return fn
-
-    return register
 
 
 DOCKERFILE = f"""FROM {BASE_IMAGE}
@@ -115,8 +88,6 @@ def write_task(out: Path, name: str, fam: str, seed: int, index: int, task: Gene
 
 def generate(out: Path, n: int, seed: int, families: list[str] | None = None) -> list[Path]:
     """Write n tasks, cycling through the chosen families in registry order."""
-    from environments.suite import families as _  # noqa: F401  (registers the families)
-
     chosen = families or sorted(FAMILIES)
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:

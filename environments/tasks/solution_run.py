@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from environments.errors import TaskFormatError
-from environments.sandbox import DockerSandbox
+from environments.sandbox_protocol import Sandbox
 from environments.tasks.model import Task
 from environments.tasks.text import env_prefix
 from obsspec.types import ExecResult
@@ -61,7 +61,7 @@ def solution_upload(task: Task) -> tuple[Path, str, str]:
     return task.solution, TBV1_SOLUTION_DIR, f"{TBV1_SOLUTION_DIR}/{task.solution.name}"
 
 
-async def run_solution_script(task: Task, sandbox: DockerSandbox) -> SolutionRun:
+async def run_solution_script(task: Task, sandbox: Sandbox) -> SolutionRun:
     """Upload the reference solution and run it with bash in the sandbox's shell."""
     source, dest_dir, script = solution_upload(task)
     await sandbox.upload(source, dest_dir)

@@ -20,8 +20,7 @@ import shlex
 from dataclasses import dataclass
 
 from environments.errors import VerifierError
-from environments.sandbox import DockerSandbox
-from environments.shell import PersistentShell
+from environments.sandbox_protocol import Sandbox
 from environments.tasks.model import Task
 from environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
 from environments.tasks.text import env_prefix
@@ -40,7 +39,7 @@ class VerifierResult:
     output: str  # the tail of the verifier's stdout and stderr (output_tail)
 
 
-async def verify(task: Task, sandbox: DockerSandbox) -> VerifierResult:
+async def verify(task: Task, sandbox: Sandbox) -> VerifierResult:
     await sandbox.upload(task.tests_dir, "/")  # -> /tests
     if task.format == "harbor":
         command = (
@@ -51,7 +50,7 @@ async def verify(task: Task, sandbox: DockerSandbox) -> VerifierResult:
         await sandbox.upload(task.verifier_script, TBV1_RUNNER_DIR)
         script = f"{TBV1_RUNNER_DIR}/{task.verifier_script.name}"
         command = f"TEST_DIR=/tests bash {shlex.quote(script)} 2>&1"
-    result = await run_fresh(sandbox, command, task.verifier_timeout_s)
+    result = await sandbox.run_fresh(command, task.verifier_timeout_s)
     output = output_tail(result.stdout + result.stderr)
     try:
         if result.timed_out:
@@ -81,17 +80,7 @@ def output_tail(text: str, limit: int = OUTPUT_CHARS) -> str:
     return f"[... {len(text) - limit} earlier characters cut ...]\n" + text[-limit:]
 
 
-async def run_fresh(sandbox: DockerSandbox, command: str, timeout_s: float) -> ExecResult:
-    """Run in a new shell of the sandbox: none of the agent's shell state applies."""
-    shell = PersistentShell(sandbox.client, sandbox.id, sandbox.shell_settings)
-    await shell.start()
-    try:
-        return await shell.run(command, timeout_s)
-    finally:
-        await shell.close()
-
-
-async def read_rewards(sandbox: DockerSandbox, task: Task) -> dict[str, float]:
+async def read_rewards(sandbox: Sandbox, task: Task) -> dict[str, float]:
     raw = await sandbox.read_file(f"{REWARD_DIR}/reward.json")
     if raw is not None:
         return parse_reward_json(raw, f"task {task.id}: {REWARD_DIR}/reward.json")

@@ -25,8 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import Field
 
-from environments.pool import SandboxPool
-from environments.sandbox import DockerSandbox
+from environments.sandbox_protocol import Sandbox, SandboxProvider
 from environments.tasks.model import Task
 from environments.tasks.verifier import verify
 from obsspec.agent.context import ChatContextBuilder, TokenContext
@@ -72,14 +71,14 @@ def turn_seed(seed: int, turn: int) -> int:
 
 
 TurnLoop = Callable[
-    [Trajectory, TokenContext, DockerSandbox, Engine, ChatContextBuilder, EpisodeLimits],
+    [Trajectory, TokenContext, Sandbox, Engine, ChatContextBuilder, EpisodeLimits],
     Awaitable[None],
 ]
 
 
 async def run_episode(
     task: Task,
-    pool: SandboxPool,
+    pool: SandboxProvider,
     engine: Engine,
     builder: ChatContextBuilder,
     limits: EpisodeLimits,
@@ -95,7 +94,7 @@ async def run_episode(
     context.extend(prompt, generated=False)
     deadline = limits.deadline_s or task.agent_timeout_s
     start = time.monotonic()
-    sandbox: DockerSandbox | None = None
+    sandbox: Sandbox | None = None
     try:
         async with asyncio.timeout(deadline):
             sandbox = await pool.acquire()
@@ -132,7 +131,7 @@ def episode_prompt(builder: ChatContextBuilder, task: Task, fmt: ActionFormat) -
 async def play(
     trajectory: Trajectory,
     context: TokenContext,
-    sandbox: DockerSandbox,
+    sandbox: Sandbox,
     engine: Engine,
     builder: ChatContextBuilder,
     limits: EpisodeLimits,
@@ -177,7 +176,7 @@ def end_with_error(trajectory: Trajectory, error: ObsspecError) -> None:
 async def turn_loop(
     trajectory: Trajectory,
     context: TokenContext,
-    sandbox: DockerSandbox,
+    sandbox: Sandbox,
     engine: Engine,
     builder: ChatContextBuilder,
     limits: EpisodeLimits,

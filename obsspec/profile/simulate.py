@@ -50,7 +50,8 @@ from pydantic import Field, ValidationError
 
 from obsspec.config import StrictModel
 from obsspec.errors import ConfigError
-from obsspec.profile.calibrate import Calibration, EpisodeTimes, Workload, calibrate, pad, workload
+from obsspec.profile.calibrate import Calibration, EpisodeTimes, calibrate
+from obsspec.profile.workload import Workload, pad, workload
 
 GOAL_LATENCY_REDUCTION = 0.142  # the project's targets
 GOAL_ORACLE_FRACTION = 0.7

@@ -22,7 +22,6 @@ sum into the same token mean that one process would take; rank 0 writes the file
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -33,10 +32,10 @@ from obsspec.rl.config import GRPOSettings
 from obsspec.rl.grpo import LossParts, ResponseLogprobs, clipped_policy_loss
 from obsspec.train import distributed, sharding
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import read_full_weights, save_hf_weights
 from obsspec.train.config import TrainSettings
-from obsspec.train.loop import TrainingError, autocast
-from obsspec.train.model import load_model, placement
+from obsspec.train.core import TrainerCore
+from obsspec.train.model import load_model
+from obsspec.train.precision import autocast, placement
 
 
 @dataclass(frozen=True)
@@ -64,8 +63,15 @@ class PolicyTrainer:
         self.reference = None
         if settings.kl_coef > 0:  # a frozen copy of the initial policy
             self.reference = self.load(base).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+        self.core = TrainerCore(  # constant lr; FSDP2-sharded state when over ranks
+            self.model,
+            lr=settings.lr,
+            weight_decay=settings.weight_decay,
+            max_grad_norm=settings.max_grad_norm,
+            root=self.net,
+            prefix="model.",
+            gradient_name="the policy gradient",
+            lr_option="grpo.lr",
         )
         self.pad_id = load_tokenizer(base).pad_token_id or 0
 
@@ -165,11 +171,12 @@ class PolicyTrainer:
         import torch
 
         tokens = sum(sum(episodes[i].mask) for i in chunk)
-        self.optimizer.zero_grad(set_to_none=True)
         parts = []
         # FSDP2 averages the ranks' gradients: scaled by the world, they sum instead
         scale = self.ranks.world / tokens
-        for rows, counts in self.my_passes(episodes, chunk):
+
+        def loss_of(passed):
+            rows, counts = passed
             with autocast(self.where):
                 new = self.net(*self.tensors(episodes, rows)).float()
             device = new.device
@@ -186,57 +193,25 @@ class PolicyTrainer:
                 else torch.cat([reference[i] for i in rows]).to(device),
                 kl_coef=self.settings.kl_coef,
             )
-            # the token mean over the whole minibatch; a repeated pass adds nothing
-            (part.loss_sum * (scale if counts else 0.0)).backward()
             if counts:
                 parts.append(part)
-        norm = sharding.as_float(
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        )
-        if not math.isfinite(norm):
-            raise TrainingError(f"the policy gradient became {norm}; try a lower grpo.lr")
-        self.optimizer.step()
+            # the token mean over the whole minibatch; a repeated pass adds nothing
+            return part.loss_sum * (scale if counts else 0.0)
+
+        norm = self.core.step(self.my_passes(episodes, chunk), loss_of)
         return parts, norm
 
     def save_weights(self, out: Path) -> Path:
         """The weights as an HF directory (rank 0 writes it; every rank must call)."""
-        state = sharding.full_model_state(self.net, "model.") if sharding.sharded() else None
-        if self.ranks.main:
-            save_hf_weights(self.model, out, state)
-        distributed.barrier()
-        return out
+        return self.core.save_weights(out)
 
     def save(self, folder: Path) -> None:
         """Weights and optimizer state into a checkpoint's `policy/` folder; the optimizer
         state is keyed by parameter name, so any number of ranks can resume it."""
-        import torch
-
-        optimizer = sharding.full_optimizer_state(self.net, self.optimizer)
-        self.save_weights(folder / "model")
-        if self.ranks.main:
-            torch.save(
-                {"optimizer": optimizer, "torch_rng": torch.get_rng_state()},
-                folder / "trainer.pt",
-            )
-        distributed.barrier()
+        self.core.save(folder)
 
     def restore(self, folder: Path) -> None:
-        import torch
-
-        weights = read_full_weights(self.model, folder / "model")
-        sharding.load_model_state(self.net, weights, "model.")
-        state = torch.load(folder / "trainer.pt", weights_only=False)
-        if by_position(state["optimizer"]) and not sharding.sharded():
-            self.optimizer.load_state_dict(state["optimizer"])  # written before FSDP2 came
-        else:
-            sharding.load_optimizer_state(self.net, self.optimizer, state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-
-
-def by_position(optimizer_state: dict) -> bool:
-    """Whether an optimizer state names parameters by position (torch's own state_dict, what
-    checkpoints held before FSDP2) rather than by name."""
-    return any(isinstance(key, int) for key in optimizer_state.get("state", {}))
+        self.core.load(folder)
 
 
 def mismatch(episodes: list[PolicyEpisode], trainer_logprobs: list) -> float:

@@ -7,7 +7,7 @@ A shard is written to a hidden temporary file, flushed to disk, then renamed int
 reader (or a resumed run) never sees half a shard; the glob `data/*.parquet` matches finished
 shards only. Every shard has the same explicit schema (SCHEMA), so plain
 `datasets.load_dataset("parquet", data_files="RUN_DIR/data/*.parquet")` loads a run with no
-obsspec code. The schema is documented in README.md ("Dataset schema"). Columns are only ever
+obsspec code. The schema is documented in docs/datasets.md. Columns are only ever
 added (e.g. `rewards` and `verifier_output`); readers use row.get for the newer ones, so that
 shards written before them still read.
 """

@@ -32,7 +32,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 
-from environments.sandbox import DockerSandbox
+from environments.sandbox_protocol import Sandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.episode import (
     EpisodeEnd,
@@ -81,7 +81,7 @@ class SpeculativeLoop:
         self,
         trajectory: Trajectory,
         context: TokenContext,
-        sandbox: DockerSandbox,
+        sandbox: Sandbox,
         engine: Engine,
         builder: ChatContextBuilder,
         limits: EpisodeLimits,
@@ -95,7 +95,7 @@ class SpeculativeEpisode:
         self,
         loop: SpeculativeLoop,
         trajectory: Trajectory,
-        sandbox: DockerSandbox,
+        sandbox: Sandbox,
         engine: Engine,
         builder: ChatContextBuilder,
         limits: EpisodeLimits,

@@ -21,6 +21,7 @@ from typing import Any
 
 from obsspec.errors import ConfigError
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.train import distributed
 
 PREFIX = "step-"
 
@@ -39,20 +40,26 @@ class Checkpoints:
         found = self.all()
         return found[-1] if found else None
 
-    def save(self, step: int, model, trainer_state: dict[str, Any]) -> Path:
-        import torch
-
-        tmp = self.begin(step)
-        model.save_pretrained(tmp / "model")  # a peft model saves only its adapter
-        torch.save(trainer_state, tmp / "trainer.pt")
-        return self.commit(tmp, step)
+    def save(self, step: int, core, extra: dict[str, Any]) -> Path:
+        """Step's checkpoint of a TrainerCore (core.save, with `extra` in trainer.pt); every
+        rank calls, rank 0 writes."""
+        main = distributed.current().main
+        tmp = self.begin(step) if main else self.partial(step)
+        core.save(tmp, extra)
+        if main:
+            self.commit(tmp, step)
+        distributed.barrier()
+        return self.root / f"{PREFIX}{step:08d}"
 
     def begin(self, step: int) -> Path:
         """An empty directory to write step's checkpoint into (not yet a checkpoint)."""
-        tmp = self.root / f".{PREFIX}{step:08d}.tmp"
+        tmp = self.partial(step)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp
+
+    def partial(self, step: int) -> Path:
+        return self.root / f".{PREFIX}{step:08d}.tmp"
 
     def commit(self, tmp: Path, step: int) -> Path:
         """Rename a whole checkpoint into place; keep only the last `keep`."""
@@ -83,7 +90,9 @@ def save_hf_weights(model, out: Path, state: dict | None = None) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
+    # peft models (a LoRA adapter) take no state_dict
+    gathered = {} if state is None else {"state_dict": state}
+    model.save_pretrained(tmp, safe_serialization=True, **gathered)
     if out.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
@@ -108,11 +117,6 @@ def read_full_weights(model, folder: Path) -> dict:
     if unexpected or any("lm_head" not in name for name in missing):
         raise ConfigError(f"--resume: {folder} does not match the model being trained")
     return state
-
-
-def load_full_weights(model, folder: Path) -> None:
-    """The safetensors weights saved in `folder` into `model`, checked against it."""
-    model.load_state_dict(read_full_weights(model, folder), strict=False)
 
 
 def save_final(model, base: Path, out: Path, dtype: str) -> None:

@@ -5,15 +5,15 @@
 Reads top to bottom: place the model, restore a checkpoint if resuming, then for each
 optimizer step take the next `grad_accum` batches of the epoch's plan (batches.py), sum the
 loss over labelled tokens (model.py) and divide by the step's labelled-token count (a token
-mean over the whole step, whatever the batch split), clip, step, report, and checkpoint.
-Master weights stay float32; the forward pass runs under bfloat16 autocast where the device
-computes bfloat16 natively (model.placement). Under torchrun every rank runs this same loop
-on its share of each step's batches (distributed.py); rank 0 saves.
+mean over the whole step, whatever the batch split), and let the trainer core (core.py) clip,
+step the optimizer and its warm-up/cosine schedule, and checkpoint. Master weights stay
+float32; the forward pass runs under bfloat16 autocast where the device computes bfloat16
+natively (precision.py). Under torchrun every rank runs this same loop on its share of each
+step's batches (distributed.py); rank 0 saves.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import random
@@ -24,29 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from obsspec.config import first_difference
-from obsspec.errors import ConfigError, ObsspecError
+from obsspec.errors import ConfigError, TrainingError
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
-from obsspec.train.checkpoint import (
-    Checkpoints,
-    load_full_weights,
-    load_trainer_state,
-    prepare_out,
-    save_final,
-)
+from obsspec.train.checkpoint import Checkpoints, load_trainer_state, prepare_out, save_final
 from obsspec.train.config import TrainSettings
+from obsspec.train.core import TrainerCore, warmup_cosine
 from obsspec.train.distributed import Ranks
-from obsspec.train.memory import check_memory, is_out_of_memory, out_of_memory_error
-from obsspec.train.model import (
-    LabelledLoss,
-    Placement,
-    batch_tensors,
-    is_peft,
-    labelled_loss_sum,
-    load_model,
-    placement,
-)
+from obsspec.train.memory import check_memory, out_of_memory_error
+from obsspec.train.model import LabelledLoss, batch_tensors, labelled_loss_sum, load_model
+from obsspec.train.precision import autocast, placement
 from obsspec.train.sequences import Sequence
 
 # Settings that may change between a run and its resumption without changing what is learned.
@@ -58,10 +46,6 @@ RESUMABLE_CHANGES = {
     "device",
     "eval_loss_tokens",
 }
-
-
-class TrainingError(ObsspecError):
-    """Training could not go on (out of memory, a non-finite loss)."""
 
 
 @dataclass(frozen=True)
@@ -99,27 +83,6 @@ def data_fingerprint(sequences: list[Sequence]) -> str:
 def run_identity(settings: TrainSettings, sequences: list[Sequence], base: Path) -> dict:
     learned = settings.model_dump(mode="json", exclude=RESUMABLE_CHANGES)
     return {"settings": learned, "data": data_fingerprint(sequences), "base": str(base)}
-
-
-def lr_factor(settings: TrainSettings, total_steps: int) -> Callable[[int], float]:
-    """Linear warm-up, then cosine decay to min_lr_ratio at the last step."""
-
-    def factor(step: int) -> float:
-        if step < settings.warmup_steps:
-            return (step + 1) / (settings.warmup_steps + 1)
-        span = max(1, total_steps - settings.warmup_steps)
-        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, (step - settings.warmup_steps) / span)))
-        return settings.min_lr_ratio + (1 - settings.min_lr_ratio) * cosine
-
-    return factor
-
-
-def autocast(where: Placement):
-    import torch
-
-    if where.dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(where.device.split(":")[0], dtype=torch.bfloat16)
 
 
 def mean_loss(model, sequences: list[Sequence], settings: TrainSettings, where, pad_id) -> float:
@@ -200,8 +163,6 @@ def train(
     random.seed(settings.seed)
 
     model = load_model(base, where, settings.lora)
-    if state is not None:
-        load_weights(model, state["checkpoint"])
     pad_id = load_tokenizer(base).pad_token_id or 0
     plans = EpochPlans(sequences, settings, ranks.world)
     check_memory(model, settings, where, max(plans.lengths))
@@ -209,14 +170,23 @@ def train(
     if settings.max_steps is not None:
         total_steps = min(total_steps, settings.max_steps)
 
-    optimizer, schedule = make_optimizer(model, settings, total_steps)
+    schedule = warmup_cosine(settings.warmup_steps, settings.min_lr_ratio, total_steps)
+    core = TrainerCore(
+        model,
+        lr=settings.lr,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        schedule=schedule,
+    )
+    if state is not None:
+        core.load(state["checkpoint"], state)
+    first_step = core.steps
     loss_module = LabelledLoss(model)
     if ranks.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         devices = [where.device] if where.device.startswith("cuda") else None
         loss_module = DistributedDataParallel(loss_module, device_ids=devices)
-    first_step = restore_optimizer(state, optimizer, schedule) if state is not None else 0
 
     held_out = within_budget(list(held_out), settings.eval_loss_tokens)
     eval_before = None
@@ -229,9 +199,8 @@ def train(
         epoch, batches = plans.step(step)
         step_sequences = [[sequences[i] for i in batch] for batch in batches]
         loss, step_tokens = train_step(
-            loss_module, optimizer, step_sequences, ranks, settings, where, pad_id
+            core, loss_module, step_sequences, ranks, settings, where, pad_id
         )
-        schedule.step()
         tokens += step_tokens
         first_loss = loss if first_loss is None else first_loss
         last_loss = loss
@@ -242,15 +211,13 @@ def train(
                 total_steps,
                 epoch,
                 loss,
-                schedule.get_last_lr()[0],
+                core.lr,
                 tokens / max(elapsed, 1e-9),
                 elapsed,
             )
         )
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == total_steps:
-            if ranks.main:
-                checkpoints.save(step + 1, model, snapshot(step + 1, identity, optimizer, schedule))
-            distributed.barrier()
+            checkpoints.save(step + 1, core, {"identity": identity})
 
     eval_after = None
     if ranks.main:
@@ -286,74 +253,36 @@ def train_into(
     return train(out=out, resume=resume, **train_args)
 
 
-def make_optimizer(model, settings: TrainSettings, total_steps: int):
-    import torch
-
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(settings, total_steps))
-    return optimizer, schedule
-
-
-def snapshot(step: int, identity: dict, optimizer, schedule) -> dict[str, Any]:
-    """Everything besides the weights that a resumed run needs to continue exactly."""
-    import torch
-
-    return {
-        "step": step,
-        "identity": identity,
-        "optimizer": optimizer.state_dict(),
-        "schedule": schedule.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": random.getstate(),
-    }
-
-
-def restore_optimizer(state: dict[str, Any], optimizer, schedule) -> int:
-    """Put a snapshot back; returns the step to continue from."""
-    import torch
-
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-    return state["step"]
-
-
 def train_step(
-    loss_module, optimizer, batches, ranks: Ranks, settings, where, pad_id
+    core: TrainerCore, loss_module, batches, ranks: Ranks, settings, where, pad_id
 ) -> tuple[float, int]:
     """One optimizer step over `batches` (those of every rank; this rank takes every
     world-th); returns the step's mean loss and the tokens seen, over all ranks."""
-    import torch
-
     n_labels = sum(sum(s.target_tokens for s in batch) for batch in batches)
     mine = [(batch, 1.0) for batch in batches[ranks.rank :: ranks.world]]
     # DDP synchronises on every backward: every rank must run as many, so a rank short of
     # batches repeats one with no weight.
     rounds = math.ceil(len(batches) / ranks.world)
     mine += [(batches[0], 0.0)] * (rounds - len(mine))
-    optimizer.zero_grad(set_to_none=True)
-    loss_sum = tokens = 0.0
-    for batch, weight in mine:
-        try:
-            with autocast(where):
-                loss = loss_module(*batch_tensors(batch, pad_id, where.device))
-            # DDP averages gradients over ranks; x world makes it their sum
-            (loss * (weight * ranks.world / n_labels)).backward()
-        except (RuntimeError, MemoryError) as e:
-            if is_out_of_memory(e):
-                raise out_of_memory_error(batch, settings) from e
-            raise
-        loss_sum += weight * loss.item()
-        tokens += weight * sum(len(s.ids) for s in batch)
-    trainable = [p for p in loss_module.parameters() if p.requires_grad]
-    torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
-    optimizer.step()
-    loss_sum, tokens = distributed.all_sum([loss_sum, tokens])
+    seen = [0.0, 0.0]  # this rank's weighted loss sum and tokens
+
+    def loss_of(weighted):
+        batch, weight = weighted
+        with autocast(where):
+            loss = loss_module(*batch_tensors(batch, pad_id, where.device))
+        seen[0] += weight * loss.item()
+        seen[1] += weight * sum(len(s.ids) for s in batch)
+        # DDP averages gradients over ranks; x world makes it their sum
+        return loss * (weight * ranks.world / n_labels)
+
+    def out_of_memory(weighted):
+        return out_of_memory_error(weighted[0], settings)
+
+    core.step(mine, loss_of, out_of_memory=out_of_memory)
+    loss_sum, tokens = distributed.all_sum(seen)
     mean = loss_sum / max(n_labels, 1)
     if not math.isfinite(mean):
-        raise TrainingError(f"the loss became {mean}; try a lower --lr")
+        raise TrainingError(f"the loss became {mean}", hint="try a lower --lr")
     return mean, int(tokens)
 
 
@@ -372,19 +301,3 @@ def restore_point(checkpoints: Checkpoints, identity: dict) -> dict[str, Any]:
             "resume with the same ones, or start a new --out"
         )
     return {**state, "checkpoint": latest}
-
-
-def load_weights(model, checkpoint: Path) -> None:
-    """The checkpoint's weights (or LoRA adapter) into the freshly loaded model."""
-    from safetensors.torch import load_file
-
-    folder = checkpoint / "model"
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ConfigError(f"--resume: {folder} holds no weights")
-    if is_peft(model):
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, load_file(files[0]))
-        return
-    load_full_weights(model, folder)

@@ -278,7 +278,7 @@ def test_solution_env_is_given_to_a_whole_script_run(tmp_path):
 
 
 def test_typed_commands_read_as_a_terminal_does():
-    from environments.tasks.solution_split import typed_commands
+    from environments.tasks.bash_commands import typed_commands
 
     typed = [
         "cat > f <<'EOF'",

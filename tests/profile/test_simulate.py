@@ -16,7 +16,6 @@ from obsspec.profile.calibrate import (
     FamilyFigures,
     TimeStats,
     calibrate,
-    workload,
 )
 from obsspec.profile.simulate import (
     Grid,
@@ -29,6 +28,7 @@ from obsspec.profile.simulate import (
     sweep_point,
     validate,
 )
+from obsspec.profile.workload import workload
 from obsspec.rollout.dataset import ShardWriter
 
 

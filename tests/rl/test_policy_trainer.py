@@ -75,7 +75,7 @@ def test_a_checkpoint_from_before_fsdp2_still_resumes(tiny_model_dir, tokenizer,
     old.update(episodes, 0)
     save_hf_weights(old.model, tmp_path / "policy" / "model")
     torch.save(
-        {"optimizer": old.optimizer.state_dict(), "torch_rng": torch.get_rng_state()},
+        {"optimizer": old.core.optimizer.state_dict(), "torch_rng": torch.get_rng_state()},
         tmp_path / "policy" / "trainer.pt",
     )
     resumed = PolicyTrainer(tiny_model_dir, SETTINGS, seed=0, device="cpu")

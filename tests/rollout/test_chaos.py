@@ -1,6 +1,6 @@
 """`obsspec collect` while its own sandboxes are attacked: killed, frozen, their disk filled.
 
-The contract this test holds collect to (the README's "What happens when..." table):
+The contract this test holds collect to (the "What happens when..." table of docs/faults.md):
 
 - the run finishes (no hang) and every container it made is removed;
 - no (task, episode) is in the dataset twice; each one is either in the dataset or lost, and

@@ -1,8 +1,9 @@
-"""Deterministic fakes for the turn loops: a policy, a sandbox and a predictor whose answers
-are functions of what they are asked (so two runs of one schedule can be compared exactly).
+"""Deterministic fakes for the turn loops: a policy, a sandbox (the package's FakeSandbox on
+step_outputs) and a predictor whose answers are functions of what they are asked (so two runs
+of one schedule can be compared exactly).
 
     engine = fake_policy(tokenizer, seconds_per_token=0.001)
-    sandbox = FakeSandbox(exec_s=0.02)
+    sandbox = step_sandbox(exec_s=0.02)
     predictor = TablePredictor(truth, accuracy=0.7, delay_s=0.005)
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 
+from environments.fake_sandbox import FakeSandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import SYSTEM_PROMPTS, Action, ActionFormat, format_action
 from obsspec.inference.scripted import ScriptedEngine
@@ -47,29 +50,27 @@ def fake_policy(
     return ScriptedEngine(tokenizer, reply, seconds_per_token=seconds_per_token)
 
 
-class FakeSandbox:
-    """Outputs depend on the command and on how many commands ran before it, so running a
-    command twice, early or out of order shows up in the observations."""
+def step_outputs(salt: int = 0) -> Callable[[str, int], ExecResult]:
+    """A command's result as a function of the command and of how many commands ran before it,
+    so that running a command twice, early or out of order shows up in the observations."""
 
-    def __init__(self, exec_s: float = 0.0, *, salt: int = 0, die_on: int | None = None) -> None:
-        self.exec_s = exec_s
-        self.salt = salt
-        self.die_on = die_on  # the n-th command raises SandboxError mid-run
-        self.executed: list[str] = []
-
-    async def run(self, command: str, timeout_s: float = 60.0) -> ExecResult:
-        from environments.errors import SandboxError
-
-        n = len(self.executed)
-        self.executed.append(command)
-        seconds = self.exec_s * (0.5 + unit(self.salt, command, n))
-        await asyncio.sleep(seconds)
-        if self.die_on == n:
-            raise SandboxError("the container died")
-        u = unit(self.salt, command, n, "out")
+    def output(command: str, n: int) -> ExecResult:
+        u = unit(salt, command, n, "out")
         stdout = "" if u < 0.2 else f"{command}: step {n} value {int(u * 7)}"
         stderr = "warning: something" if u > 0.9 else ""
-        return ExecResult(stdout, stderr, int(u * 10) % 3, seconds)
+        return ExecResult(stdout, stderr, int(u * 10) % 3, 0.0)
+
+    return output
+
+
+def step_sandbox(exec_s: float = 0.0, *, salt: int = 0, fail_on: int | None = None) -> FakeSandbox:
+    """The package's FakeSandbox on step_outputs, each command taking between 0.5 and 1.5
+    times exec_s (a function of the command and its step)."""
+    return FakeSandbox(
+        step_outputs(salt),
+        exec_s=lambda command, n: exec_s * (0.5 + unit(salt, command, n)),
+        fail_on=fail_on,
+    )
 
 
 def near_miss(observation: str) -> str:

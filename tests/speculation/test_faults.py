@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
+from environments.fake_sandbox import FakeSandbox
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.errors import EngineError
 from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
-from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode
+from tests.speculation.fakes import (
+    TablePredictor,
+    fake_policy,
+    new_episode,
+    step_outputs,
+    step_sandbox,
+    unit,
+)
 
 LIMITS = EpisodeLimits(max_turns=6, max_tokens=64, temperature=0.7)
 
@@ -36,7 +44,7 @@ async def test_a_predictor_that_raises_costs_only_the_speculation(builder):
     predictor = TablePredictor({}, fail_rate=1.0, failure="raise")
     engine = fake_policy(builder.tokenizer)
     trajectory = await play_speculative(
-        builder, predictor, FakeSandbox(0.01), engine, always(), seed=5
+        builder, predictor, step_sandbox(0.01), engine, always(), seed=5
     )
     records = command_records(trajectory)
     assert records and all(r.failed and r.attempted and not r.matched for r in records[:-1])
@@ -47,7 +55,7 @@ async def test_a_predictor_that_raises_costs_only_the_speculation(builder):
 async def test_a_predictor_that_hangs_times_out(builder):
     predictor = TablePredictor({}, fail_rate=1.0, failure="hang")
     engine = fake_policy(builder.tokenizer)
-    sandbox = FakeSandbox(0.2)  # commands outlast the timeout: the timeout is what ends it
+    sandbox = step_sandbox(0.2)  # commands outlast the timeout: the timeout is what ends it
     settings = always(predict_timeout_s=0.05)
     trajectory = await play_speculative(builder, predictor, sandbox, engine, settings, seed=5)
     records = command_records(trajectory)
@@ -57,7 +65,7 @@ async def test_a_predictor_that_hangs_times_out(builder):
 async def test_a_late_prediction_loses_the_race(builder):
     predictor = TablePredictor({}, delay_s=0.5)
     engine = fake_policy(builder.tokenizer)
-    trajectory = await play_speculative(builder, predictor, FakeSandbox(0.01), engine, always())
+    trajectory = await play_speculative(builder, predictor, step_sandbox(0.01), engine, always())
     records = command_records(trajectory)
     assert records and all(r.exec_won and not r.failed for r in records[:-1])
 
@@ -65,7 +73,7 @@ async def test_a_late_prediction_loses_the_race(builder):
 async def test_the_sandbox_dying_mid_command_cancels_everything(builder):
     predictor = TablePredictor({}, accuracy=0.0)  # wrong guesses: branches are generating
     engine = fake_policy(builder.tokenizer, seconds_per_token=0.01)
-    sandbox = FakeSandbox(0.1, die_on=1)
+    sandbox = step_sandbox(0.1, fail_on=1)
     trajectory = await play_speculative(builder, predictor, sandbox, engine, always(breadth=3))
     assert trajectory.finish_reason == "infra_error" and trajectory.error_type == "SandboxError"
     assert trajectory.error_kind == "infra"
@@ -95,7 +103,7 @@ class DyingEngine:
 async def test_a_dead_engine_ends_the_episode_with_a_typed_error(builder):
     predictor = TablePredictor({}, accuracy=0.0)
     engine = DyingEngine(fake_policy(builder.tokenizer, seconds_per_token=0.001), alive=3)
-    trajectory = await play_speculative(builder, predictor, FakeSandbox(0.05), engine, always())
+    trajectory = await play_speculative(builder, predictor, step_sandbox(0.05), engine, always())
     assert trajectory.finish_reason == "infra_error" and trajectory.error_type == "EngineError"
 
 
@@ -107,7 +115,7 @@ async def test_the_deadline_cancels_speculation_too(builder):
     before = asyncio.all_tasks()
     try:
         async with asyncio.timeout(0.3):
-            await play(trajectory, context, FakeSandbox(0.2), engine, builder, LIMITS, loop)
+            await play(trajectory, context, step_sandbox(0.2), engine, builder, LIMITS, loop)
     except TimeoutError:
         pass
     assert asyncio.all_tasks() <= before
@@ -119,7 +127,7 @@ async def test_discarded_branches_are_counted(builder):
     charged as waste (aborted replies as far as they got)."""
     predictor = TablePredictor({}, accuracy=0.0)
     engine = fake_policy(builder.tokenizer, seconds_per_token=0.001)
-    sandbox = FakeSandbox(0.05)
+    sandbox = step_sandbox(0.05)
     trajectory = await play_speculative(builder, predictor, sandbox, engine, always(breadth=2))
     records = command_records(trajectory)[:-1]
     assert records and all(r.rollback and not r.matched and r.predictions == 2 for r in records)
@@ -127,16 +135,18 @@ async def test_discarded_branches_are_counted(builder):
 
 
 class WeightSyncSandbox(FakeSandbox):
-    """Swaps the policy's weights halfway through the first command (as RL does between
-    steps), after the speculative reply on the guess was generated."""
+    """step_sandbox(exec_s) that swaps the policy's weights halfway through the first command
+    (as RL does between steps), after the speculative reply on the guess was generated."""
 
     def __init__(self, engine, exec_s: float) -> None:
-        super().__init__(exec_s)
-        self.engine = engine
+        super().__init__(
+            step_outputs(), exec_s=lambda command, n: exec_s * (0.5 + unit(0, command, n))
+        )
+        self.engine, self.swap_after_s = engine, exec_s / 2
 
     async def run(self, command: str, timeout_s: float = 60.0):
-        if not self.executed:
-            await asyncio.sleep(self.exec_s / 2)
+        if not self.commands:
+            await asyncio.sleep(self.swap_after_s)
             await self.engine.load_weights(None, 1)
         return await super().run(command, timeout_s)
 
@@ -146,7 +156,7 @@ async def test_a_reply_begun_before_a_weight_update_is_not_kept(builder):
 
     engine = fake_policy(builder.tokenizer)
     sequential, context = new_episode(builder, 3)
-    await play(sequential, context, FakeSandbox(0.05), engine, builder, LIMITS)
+    await play(sequential, context, step_sandbox(0.05), engine, builder, LIMITS)
     spec_engine = fake_policy(builder.tokenizer)
     predictor = TablePredictor(truth_of(sequential))
     trajectory = await play_speculative(

@@ -20,7 +20,7 @@ from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.runner import SpeculativeLoop, exact_match
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import Trajectory
-from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode, truth_of
+from tests.speculation.fakes import TablePredictor, fake_policy, new_episode, step_sandbox, truth_of
 
 TURN_FIELDS = (
     "index",
@@ -85,7 +85,7 @@ def semantics(trajectory: Trajectory) -> dict:
 async def run_pair(builder, s: Schedule, match=exact_match):
     limits = EpisodeLimits(max_turns=s.max_turns, max_tokens=s.max_tokens, temperature=0.7)
     sequential, context = new_episode(builder, s.seed)
-    sandbox = FakeSandbox(s.exec_s, salt=s.seed)
+    sandbox = step_sandbox(s.exec_s, salt=s.seed)
     engine = fake_policy(builder.tokenizer, seconds_per_token=s.seconds_per_token, salt=s.seed)
     await play(sequential, context, sandbox, engine, builder, limits)
 
@@ -102,7 +102,7 @@ async def run_pair(builder, s: Schedule, match=exact_match):
     )
     loop = SpeculativeLoop(predictor, settings=settings_, match=match)
     speculative, context = new_episode(builder, s.seed)
-    spec_sandbox = FakeSandbox(s.exec_s, salt=s.seed)
+    spec_sandbox = step_sandbox(s.exec_s, salt=s.seed)
     spec_engine = fake_policy(builder.tokenizer, seconds_per_token=s.seconds_per_token, salt=s.seed)
     await play(speculative, context, spec_sandbox, spec_engine, builder, limits, loop)
     return (sequential, sandbox), (speculative, spec_sandbox, spec_engine, predictor)
@@ -114,7 +114,7 @@ async def check_lossless(builder, s: Schedule, match=exact_match) -> Trajectory:
         builder, s, match
     )
     assert semantics(speculative) == semantics(sequential)
-    assert spec_sandbox.executed == sandbox.executed  # only real turns ran commands, in order
+    assert spec_sandbox.commands == sandbox.commands  # only real turns ran commands, in order
     # Every committed reply was asked for on exactly the real context, with the turn's seed.
     asked = {(tuple(r.prompt_ids), r.sampling.seed) for r in engine.requests}
     prefix = list(speculative.prompt_ids)

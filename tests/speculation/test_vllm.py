@@ -18,7 +18,7 @@ from obsspec.inference.scripted import PacedEngine
 from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
-from tests.speculation.fakes import FakeSandbox, TablePredictor, fake_policy, new_episode, truth_of
+from tests.speculation.fakes import TablePredictor, fake_policy, new_episode, step_sandbox, truth_of
 from tests.speculation.test_lossless import semantics
 
 pytestmark = pytest.mark.vllm
@@ -48,7 +48,7 @@ async def test_cancelling_a_request_removes_it_from_the_engine(tiny_engine, buil
 
 async def sequential_run(builder, engine, seed):
     trajectory, context = new_episode(builder, seed)
-    await play(trajectory, context, FakeSandbox(0.3, salt=seed), engine, builder, LIMITS)
+    await play(trajectory, context, step_sandbox(0.3, salt=seed), engine, builder, LIMITS)
     return trajectory
 
 
@@ -66,7 +66,7 @@ async def test_speculation_on_vllm_is_lossless_and_leaves_nothing(tiny_engine, b
     speculative, context = new_episode(builder, seed)
     loop = SpeculativeLoop(predictor, settings=settings)
     await play(
-        speculative, context, FakeSandbox(0.3, salt=seed), spec_engine, builder, LIMITS, loop
+        speculative, context, step_sandbox(0.3, salt=seed), spec_engine, builder, LIMITS, loop
     )
 
     assert semantics(speculative) == semantics(sequential)

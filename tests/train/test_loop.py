@@ -13,7 +13,8 @@ from obsspec.train.checkpoint import prepare_out
 from obsspec.train.config import LoraSettings, TrainSettings
 from obsspec.train.loop import train
 from obsspec.train.memory import check_memory, is_out_of_memory
-from obsspec.train.model import Placement, batch_tensors, labelled_loss_sum, load_model
+from obsspec.train.model import batch_tensors, labelled_loss_sum, load_model
+from obsspec.train.precision import Placement
 from obsspec.train.sequences import Sample, pack
 
 CPU = Placement("cpu", "float32")

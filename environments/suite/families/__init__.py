@@ -1,4 +1,5 @@
-"""Importing this package registers every family (each module uses @family)."""
+"""Importing this package registers every family (each module uses @family); FAMILIES is
+the registry, complete once this package is imported."""
 
 from environments.suite.families import (  # noqa: F401
     archive_repack,
@@ -15,3 +16,6 @@ from environments.suite.families import (  # noqa: F401
     unittest_fix,
     workflow_ci,
 )
+from environments.suite.registry import FAMILIES
+
+__all__ = ["FAMILIES"]

@@ -19,7 +19,7 @@ import datetime as dt
 import json
 import random
 
-from environments.suite.generate import GeneratedTask
+from environments.suite.registry import GeneratedTask
 
 PROJECT_NAMES = [
     "atlas",

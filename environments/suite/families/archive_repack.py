@@ -13,7 +13,7 @@ import datetime as dt
 import random
 
 from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 # Shared by setup and check: the files of the site at each snapshot, path -> bytes.
 SITE_GEN = r'''import os, random

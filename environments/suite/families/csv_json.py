@@ -12,7 +12,7 @@ import random
 import shlex
 
 from environments.suite.families._common import _data_task
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 
 def _printf_script(lines: list[str], path: str) -> str:

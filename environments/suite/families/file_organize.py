@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 
 from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 
 def _unique_names(rng: random.Random, n: int, make: Callable[[random.Random], str]) -> list[str]:

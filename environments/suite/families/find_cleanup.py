@@ -12,7 +12,7 @@ import datetime as dt
 import random
 
 from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 # Shared by setup and check: the bytes of every file in the spec.
 CI_GEN = r'''import gzip, random

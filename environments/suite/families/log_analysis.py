@@ -12,7 +12,7 @@ import random
 from datetime import date, timedelta
 
 from environments.suite.families._common import _data_task
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 LOG_GEN = r'''"""Access logs of one task, generated deterministically from params.json.
 

@@ -14,7 +14,7 @@ import random
 import zlib
 
 from environments.suite.families._common import WORDS
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 C_HEADER = """#ifndef @GUARD@
 #define @GUARD@

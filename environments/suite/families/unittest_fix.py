@@ -12,7 +12,7 @@ import shlex
 
 from environments.suite.families._common import PROJECT_NAMES
 from environments.suite.families._py_modules import PY_MODULES, Bug, _buggy, _module_test
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 
 def _sed_fix(bug: Bug, path: str) -> str:

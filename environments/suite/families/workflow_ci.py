@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 
 from environments.suite.families._common import PROJECT_NAMES, WORDS
-from environments.suite.generate import GeneratedTask, family
+from environments.suite.registry import GeneratedTask, family
 
 CI_SH = r"""#!/bin/bash
 # The project's CI: ./ci.sh lint|build|test|package, in that order. Each stage waits for its
