@@ -26,6 +26,13 @@ class ProfileConfig(RolloutSettings):
         default=None, description="Write each arm's dataset and report.json here."
     )
     overwrite: bool = Field(default=False, description="Replace an existing --out.")
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=1,
+        description="Episodes at once: profile plays one episode at a time in each arm, so any "
+        "other value is refused rather than ignored.",
+    )
     speculation: SpeculationConfig = Field(
         default_factory=lambda: SpeculationConfig(enabled=True),
         description="The speculative arm's runner, gate and predictors (`enabled` is ignored).",
