@@ -75,6 +75,7 @@ def broken_tokenizer_model(default_model_dir, tmp_path) -> Path:
     return model
 
 
+@pytest.mark.slow
 def test_a_corrupt_tokenizer_is_a_model_error_naming_the_directory(
     broken_tokenizer_model, tmp_path
 ):
