@@ -14,7 +14,7 @@ DEMO_LIMITS := --max-turns 10 --max-tokens 128 --temperature 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: setup python docker image model browser demo test lint bench clean
+.PHONY: setup python docker image model browser demo test test-fast lint bench clean
 
 setup: python docker image model browser
 
@@ -60,6 +60,10 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest --require-capabilities --durations=15 $(PYTEST_ARGS)
+
+# The quick loop: no Docker, engine, Ray, browser, GPU or slow (CPU-heavy) test; without the pulled model its tests skip.
+test-fast: python
+	$(BIN)/pytest -m "not docker and not vllm and not ray and not browser and not gpu and not slow" $(PYTEST_ARGS)
 
 lint: python
 	$(BIN)/ruff check .

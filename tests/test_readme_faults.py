@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.faults import FAULTS, HEADER, markdown_table
 
 ROOT = Path(__file__).parent.parent
@@ -34,6 +36,7 @@ def test_documented_table_is_the_fault_list():
     assert len(got) == len(want), "run `python -m tests.faults` and paste the table"
 
 
+@pytest.mark.slow
 def test_every_fault_names_tests_that_exist():
     assert len({f.when for f in FAULTS}) == len(FAULTS) and all(f.tests for f in FAULTS)
     named = {test for fault in FAULTS for test in fault.tests}

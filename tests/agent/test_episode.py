@@ -160,12 +160,21 @@ async def test_episode_through_an_openai_compatible_server(
 @pytest.mark.vllm
 @pytest.mark.slow
 async def test_default_model_episode_end_to_end(task_and_pool, default_model_dir, builder):
+    """The one test that starts the real default model (a start costs half a minute on CPUs):
+    it answers a plain question sensibly, then runs an episode."""
     from obsspec.agent.transcript import format_transcript
+    from obsspec.inference.base import Sampling
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+    from tests.helpers import chat_ids
 
     task, pool = task_and_pool
     settings = EngineSettings(model=default_model_dir, max_model_len=4096, kv_cache_gb=0.5)
     async with LocalVLLMEngine(settings) as engine:
+        gen = await engine.generate(
+            chat_ids(default_model_dir, "What is 2+2?"), Sampling(max_tokens=40)
+        )
+        assert "4" in gen.text
+        assert gen.finish_reason == "stop"
         traj = await run_episode(
             task, pool, engine, builder, EpisodeLimits(max_turns=2, max_tokens=96), seed=0
         )

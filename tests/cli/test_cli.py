@@ -84,6 +84,7 @@ def test_doctor_json_is_one_object_with_every_check(base_image, default_model_di
     assert all(c["status"] == "ok" for c in report["checks"])
 
 
+@pytest.mark.slow
 def test_doctor_without_docker_fails_with_a_hint(tmp_path):
     result = obsspec("doctor", "--json", env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
     assert result.returncode == 1

@@ -40,7 +40,8 @@ def test_a_usage_error_is_one_line_and_exit_code_2():
     assert outcome["hint"] == "obsspec collect --help" and outcome["exit_code"] == 2
 
 
-def test_json_error_before_the_run_is_one_object_with_a_hint(tmp_path):
+def test_json_error_before_the_run_is_one_object_with_a_hint(tmp_path, default_model_dir):
+    # default_model_dir: collect resolves the model (its tokenizer) before it reads --tasks
     result = obsspec(
         "collect", "--tasks", str(tmp_path / "nothing"), "--out", str(tmp_path / "r"), "--json"
     )
@@ -75,6 +76,7 @@ def broken_tokenizer_model(default_model_dir, tmp_path) -> Path:
     return model
 
 
+@pytest.mark.slow
 def test_a_corrupt_tokenizer_is_a_model_error_naming_the_directory(
     broken_tokenizer_model, tmp_path
 ):

@@ -69,15 +69,8 @@ async def test_seeded_sampling_is_reproducible(tiny_engine, tiny_model_dir):
     assert runs[0].token_ids == runs[1].token_ids != runs[2].token_ids
 
 
-@pytest.mark.slow
-async def test_default_model_answers_sensibly(default_model_dir):
-    settings = EngineSettings(model=default_model_dir, max_model_len=1024, kv_cache_gb=0.25)
-    async with LocalVLLMEngine(settings) as engine:
-        gen = await engine.generate(
-            chat_ids(default_model_dir, "What is 2+2?"), Sampling(max_tokens=40)
-        )
-    assert "4" in gen.text
-    assert gen.finish_reason == "stop"
+# That the default model answers sensibly is checked where its one engine of the session
+# runs: tests/agent/test_episode.py::test_default_model_episode_end_to_end.
 
 
 async def test_timings_and_weight_version_are_reported(tiny_engine, tiny_model_dir):

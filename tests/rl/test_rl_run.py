@@ -1,9 +1,11 @@
 """`obsspec rl` end to end: Ray, two real vLLM engines, real sandboxes, both trainers.
 
-One uninterrupted 3-step run of the smoke config (tiny warm-started policy) is the reference;
-a run stopped after step 1 and resumed must repeat its steps 2 and 3 exactly, and the faults
-(a killed rollout worker, tasks that cannot run, GPUs that are not there) must stop the run
-with a clear message and leave it resumable.
+Two runs of the smoke config (tiny warm-started policy, 3 steps) serve every test here, since
+each run costs minutes: the reference runs uninterrupted with its policy trainer sharded over
+two ranks (FSDP2 on gloo); the other runs the config as shipped (one trainer process), is
+stopped during step 2 by a killed rollout worker and resumed. Both must finish complete, the
+same steps within float rounding (one process learns what two ranks learn, and a resume
+repeats what was not finished). Faults that stop a run before its first step run on their own.
 """
 
 from __future__ import annotations
@@ -13,24 +15,28 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from obsspec.rl.run_files import METRIC_KEYS
 from tests.cli.test_cli import OBSSPEC, obsspec
-from tests.rl.conftest import TINY_FLAGS
+from tests.rl.conftest import EXAMPLE, TINY_FLAGS
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.ray]
 
-# What must repeat exactly after a resume (timings and speculation's races may not).
+# What must repeat after a resume, and on two ranks (timings and speculation's races may not).
 LEARNED = ("reward_mean", "reward_std", "success_rate", "policy_loss", "clip_fraction",
            "logprob_mismatch", "wm_loss", "trained_tokens", "weight_version")  # fmt: skip
 
 
-def rl(tasks: Path, policy: Path, out: Path, *extra: str, timeout: float = 600):
+def rl(tasks: Path, policy: Path, out: Path, *extra: str, config: Path = EXAMPLE,
+       timeout: float = 600):  # fmt: skip
+    flags = list(TINY_FLAGS)
+    flags[flags.index(str(EXAMPLE))] = str(config)
     return obsspec(
-        "rl", *TINY_FLAGS, "--tasks", str(tasks), "--policy", str(policy), "--out", str(out),
+        "rl", *flags, "--tasks", str(tasks), "--policy", str(policy), "--out", str(out),
         *extra, timeout=timeout,
     )  # fmt: skip
 
@@ -41,16 +47,64 @@ def metrics(out: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reference_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("rl") / "reference"
-    result = rl(rl_tasks, warm_tiny_policy, out, "--json")
+    """The smoke config, uninterrupted, its policy trainer sharded over two ranks."""
+    root = tmp_path_factory.mktemp("rl")
+    config = root / "sharded.toml"
+    text = EXAMPLE.read_text()
+    config.write_text(text.replace("rollout_workers = 1", "rollout_workers = 1\ntrainer_ranks = 2"))
+    out = root / "reference"
+    result = rl(rl_tasks, warm_tiny_policy, out, "--json", config=config)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["steps_done"] == 3 and summary["status"] == "complete"
     return out
 
 
-def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
-    rows = metrics(reference_run)
+@dataclass
+class Killed:
+    """A run whose rollout worker was killed during step 2, as the kill left it."""
+
+    out: Path
+    returncode: int
+    stderr: str
+    steps: list[int]
+    status: str
+    orphans: list[int]
+
+
+@pytest.fixture(scope="module")
+def killed_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Killed:
+    """The smoke config as shipped (one trainer process), its worker killed once step 1 is
+    checkpointed."""
+    out = tmp_path_factory.mktemp("rl") / "killed"
+    args = [OBSSPEC, "rl", *TINY_FLAGS, "--tasks", str(rl_tasks), "--policy",
+            str(warm_tiny_policy), "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoints" / "step-00000001").is_dir():
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.2)
+        os.kill(rollout_actor_pid(proc.pid), signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    status = json.loads((out / "rl-run.json").read_text())["status"]
+    steps = [row["step"] for row in metrics(out)]
+    return Killed(out, proc.returncode, stderr, steps, status, orphaned_engines())
+
+
+@pytest.fixture(scope="module")
+def resumed_run(killed_run, rl_tasks, warm_tiny_policy) -> Path:
+    resumed = rl(rl_tasks, warm_tiny_policy, killed_run.out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return killed_run.out
+
+
+def assert_complete_smoke_run(out: Path) -> None:
+    """Every row has the keys, the policy and world model were trained, checkpoints, curves,
+    tensorboard and the dataset are all there."""
+    rows = metrics(out)
     assert [row["step"] for row in rows] == [1, 2, 3]
     for row in rows:
         assert set(METRIC_KEYS) <= row.keys()
@@ -67,7 +121,7 @@ def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
     # speculation was attempted (the cache at least knows a sibling's outputs by step 3)
     assert sum(row["spec_attempted"] for row in rows) > 0
 
-    checkpoints = sorted((reference_run / "checkpoints").iterdir())
+    checkpoints = sorted((out / "checkpoints").iterdir())
     assert [c.name for c in checkpoints] == ["step-00000002", "step-00000003"]  # keep 2
     last = checkpoints[-1]
     parts = ["driver.json"]
@@ -76,13 +130,27 @@ def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run):
     for part in parts:
         assert (last / part).is_file(), part
     assert json.loads((last / "driver.json").read_text())["data_cursor"] == 3 * 2
-    assert list((reference_run / "tensorboard").glob("events.out.tfevents.*"))
-    assert (reference_run / "curves.png").read_bytes().startswith(b"\x89PNG")
-    manifest = json.loads((reference_run / "rl-run.json").read_text())
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert (out / "curves.png").read_bytes().startswith(b"\x89PNG")
+    manifest = json.loads((out / "rl-run.json").read_text())
     assert manifest["status"] == "complete" and manifest["steps_done"] == 3
-    assert episodes(reference_run) == [
-        (step, 4 * (step - 1) + i) for step in (1, 2, 3) for i in range(4)
-    ]
+    assert episodes(out) == [(step, 4 * (step - 1) + i) for step in (1, 2, 3) for i in range(4)]
+
+
+def assert_same_steps(want: list[dict], got: list[dict]) -> None:
+    """The learned figures of each step: counts exactly, floats within float rounding."""
+    assert [row["step"] for row in got] == [row["step"] for row in want]
+    for a, b in zip(want, got, strict=True):
+        for key in LEARNED:
+            if isinstance(a[key], float):
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+            else:
+                assert b[key] == a[key], (a["step"], key)
+
+
+def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run, resumed_run):
+    assert_complete_smoke_run(reference_run)  # uninterrupted, two trainer ranks
+    assert_complete_smoke_run(resumed_run)  # one trainer process, killed and resumed
 
 
 def episodes(out: Path) -> list[tuple[int, int]]:
@@ -96,72 +164,35 @@ def episodes(out: Path) -> list[tuple[int, int]]:
     return sorted(zip(steps, (r["episode_index"] for r in rows), strict=True))
 
 
-def test_a_run_killed_mid_step_stops_clearly_and_resumes_exactly(
-    reference_run, rl_tasks, warm_tiny_policy, tmp_path
+def test_a_run_killed_mid_step_stops_clearly_and_resumes_the_same_steps(
+    killed_run, resumed_run, reference_run, rl_tasks, warm_tiny_policy
 ):
-    """Stop after step 1 (its worker killed during step 2), resume: steps 2 and 3 repeat
-    the uninterrupted run's exactly."""
-    out = tmp_path / "killed"
-    args = [OBSSPEC, "rl", *TINY_FLAGS, "--tasks", str(rl_tasks), "--policy",
-            str(warm_tiny_policy), "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (out / "checkpoints" / "step-00000001").is_dir():
-            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
-            time.sleep(0.2)
-        os.kill(rollout_actor_pid(proc.pid), signal.SIGKILL)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, stderr[-3000:]
-    assert "step 2: a worker died" in stderr and "--resume" in stderr
-    assert [row["step"] for row in metrics(out)] == [1]
-    assert json.loads((out / "rl-run.json").read_text())["status"] == "failed"
-    assert not orphaned_engines()
+    """Stopped after step 1 (its worker killed during step 2), resumed: steps 2 and 3 are
+    the uninterrupted run's (within the float rounding that its two ranks make)."""
+    assert killed_run.returncode == 1, killed_run.stderr[-3000:]
+    assert "step 2: a worker died" in killed_run.stderr and "--resume" in killed_run.stderr
+    assert killed_run.steps == [1]
+    assert killed_run.status == "failed"
+    assert not killed_run.orphans
 
-    resumed = rl(rl_tasks, warm_tiny_policy, out, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    reference, again = metrics(reference_run), metrics(out)
-    assert [row["step"] for row in again] == [1, 2, 3]
-    for want, got in zip(reference, again, strict=True):
-        assert {k: got[k] for k in LEARNED} == {k: want[k] for k in LEARNED}, want["step"]
-    assert episodes(out) == episodes(reference_run)  # step 2's first try left nothing
+    assert_same_steps(metrics(reference_run), metrics(resumed_run))
+    assert episodes(resumed_run) == episodes(reference_run)  # step 2's first try left nothing
 
     # Nothing to do once every step is done; other settings are refused, naming the first.
-    assert rl(rl_tasks, warm_tiny_policy, out, "--resume").returncode == 0
-    other = rl(rl_tasks, warm_tiny_policy, out, "--resume", "--lr", "1e-3")
+    assert rl(rl_tasks, warm_tiny_policy, resumed_run, "--resume").returncode == 0
+    other = rl(rl_tasks, warm_tiny_policy, resumed_run, "--resume", "--lr", "1e-3")
     assert other.returncode == 1
     assert "grpo.lr" in other.stderr and "other settings" in other.stderr
 
 
-def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(
-    reference_run, rl_tasks, warm_tiny_policy, tmp_path
-):
-    """FSDP2 over two trainer processes (gloo on CPUs) in the loop: the same first steps as
-    one process, within float rounding; weights synced and checkpointed by rank 0."""
-    from tests.rl.conftest import EXAMPLE
-
-    config = tmp_path / "sharded.toml"
-    text = EXAMPLE.read_text()
-    config.write_text(text.replace("rollout_workers = 1", "rollout_workers = 1\ntrainer_ranks = 2"))
-    flags = list(TINY_FLAGS)
-    flags[flags.index(str(EXAMPLE))] = str(config)
-    out = tmp_path / "sharded"
-    result = obsspec(
-        "rl", *flags, "--tasks", str(rl_tasks), "--policy", str(warm_tiny_policy), "--out",
-        str(out), "--steps", "2", timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    reference = metrics(reference_run)[:2]
-    assert any(row["trained_episodes"] for row in reference)  # an update was compared
-    for want, got in zip(reference, metrics(out), strict=True):
-        for key in LEARNED:
-            if isinstance(want[key], float):
-                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
-            else:
-                assert got[key] == want[key], key
-    assert (out / "checkpoints" / "step-00000002" / "policy" / "trainer.pt").is_file()
+def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(reference_run, resumed_run):
+    """FSDP2 over two trainer processes (gloo on CPUs) in the loop: the same steps as one
+    process, within float rounding; weights synced and checkpointed by rank 0."""
+    reference = metrics(reference_run)
+    assert any(row["trained_episodes"] for row in reference[:2])  # an update was compared
+    assert_same_steps(metrics(resumed_run), reference)
+    for step in ("step-00000002", "step-00000003"):
+        assert (reference_run / "checkpoints" / step / "policy" / "trainer.pt").is_file()
 
 
 def orphaned_engines() -> list[int]:

@@ -29,6 +29,7 @@ def failed_start(out):
     (out / "rl-run.json").write_text(json.dumps(manifest))
 
 
+@pytest.mark.slow
 def test_no_cluster_at_the_address_is_one_clear_line_and_out_stays_as_found(
     rl_tasks, tiny_model_dir, tmp_path
 ):

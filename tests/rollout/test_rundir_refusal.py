@@ -42,7 +42,9 @@ def another_run(out: Path) -> Path:
     return out
 
 
-async def test_a_refused_collect_leaves_the_directory_as_it_found_it(tmp_path, settings):
+async def test_a_refused_collect_leaves_the_directory_as_it_found_it(
+    tmp_path, settings, default_model_dir
+):
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "notes.txt").write_text("mine")
@@ -61,7 +63,9 @@ async def test_a_refused_collect_leaves_the_directory_as_it_found_it(tmp_path, s
     assert not (tmp_path / "new").exists()  # not even the parent of a refused --out is made
 
 
-async def test_no_cluster_at_the_ray_address_fails_before_anything_is_made(tmp_path, settings):
+async def test_no_cluster_at_the_ray_address_fails_before_anything_is_made(
+    tmp_path, settings, default_model_dir
+):
     config = oracle(tmp_path / "run", workers=1, ray_address="127.0.0.1:1")  # nothing on port 1
     with pytest.raises(ClusterError, match=r"no Ray cluster answers at 127\.0\.0\.1:1"):
         await collect(config, settings.paths.models_dir)  # in seconds: Ray would retry minutes
@@ -69,7 +73,9 @@ async def test_no_cluster_at_the_ray_address_fails_before_anything_is_made(tmp_p
 
 
 @pytest.mark.docker
-async def test_a_run_that_saved_no_episode_is_replaced_by_other_settings(tmp_path, settings):
+async def test_a_run_that_saved_no_episode_is_replaced_by_other_settings(
+    tmp_path, settings, default_model_dir
+):
     """Every task broken: nothing ran, so a corrected command is not refused for the settings
     of the failed one; it says it replaces that run."""
     broken = tmp_path / "tasks" / "broken"

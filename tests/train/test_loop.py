@@ -59,6 +59,7 @@ def test_no_gradient_reaches_unlabelled_positions(tiny_model_dir, sequences):
     assert embeddings.grad[0, : last_input + 1].abs().sum() > 0
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_on_labelled_tokens(tiny_model_dir, sequences, tmp_path):
     outcome = train(
         tiny_model_dir, sequences, settings(epochs=12), tmp_path / "out", held_out=sequences
@@ -72,6 +73,7 @@ def test_training_lowers_the_loss_on_labelled_tokens(tiny_model_dir, sequences, 
     assert (tmp_path / "out" / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_exactly(tiny_model_dir, sequences, tmp_path):
     many = sequences * 2  # two batches per epoch at this budget
     small = settings(epochs=2, batch_tokens=256, max_len=256, checkpoint_every=1)
