@@ -1,4 +1,6 @@
-"""Shared fixtures: one tiny model, one vLLM engine and one Docker client per test session.
+"""Shared fixtures: one tiny model, one vLLM engine and one Docker client per test process (the
+session's, or each pytest-xdist worker's). The containers its tests make carry that process's
+run id, so that parallel workers look at and remove their own only.
 
 Capabilities (a Docker daemon, the base image, the default model) are detected; without them
 the tests that need them skip, unless pytest runs with --require-capabilities (as `make test`
@@ -28,6 +30,15 @@ def pytest_addoption(parser):
         action="store_true",
         help="fail (instead of skip) when Docker, the base image or the model is missing",
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`), the slow tests first: each process takes the next test
+    when it is free, so a long test started last would leave the other process idle at the end.
+    (xdist's loadgroup hands out the xdist_group units, the longest runs, before single tests.)
+    Every process sorts alike, as xdist requires. A plain run keeps the files' order."""
+    if hasattr(config, "workerinput"):  # an xdist worker
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def missing(request, reason: str):

@@ -21,7 +21,8 @@ import pytest
 
 from tests.cli.test_cli import OBSSPEC
 
-pytestmark = pytest.mark.docker
+# One xdist group: the whole corpus is validated once (the module's `rows`), in one process.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("real-tasks")]
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "real_tasks"
 EXPECTED: dict[str, dict] = tomllib.loads((CORPUS / "EXPECTED.toml").read_text())
