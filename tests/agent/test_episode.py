@@ -139,7 +139,6 @@ async def test_real_engine_runs_the_same_path(task_and_pool, tiny_engine, tiny_m
 
 
 @pytest.mark.vllm
-@pytest.mark.xdist_group("vllm-server")  # with tests/inference/test_openai_http.py: one server
 async def test_episode_through_an_openai_compatible_server(
     task_and_pool, vllm_server, tiny_model_dir
 ):

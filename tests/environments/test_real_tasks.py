@@ -21,8 +21,7 @@ import pytest
 
 from tests.cli.test_cli import OBSSPEC
 
-# One xdist group: the whole corpus is validated once (the module's `rows`), in one process.
-pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("real-tasks")]
+pytestmark = pytest.mark.docker
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "real_tasks"
 EXPECTED: dict[str, dict] = tomllib.loads((CORPUS / "EXPECTED.toml").read_text())

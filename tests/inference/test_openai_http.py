@@ -9,8 +9,7 @@ from obsspec.inference.base import Sampling
 from obsspec.inference.openai_http import OpenAIEngine
 from tests.helpers import chat_ids
 
-# The xdist group of every test of the `vllm_server` fixture: one server for them all.
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-server")]
+pytestmark = pytest.mark.vllm
 
 
 async def test_token_ids_and_logprobs_match_the_in_process_engine(

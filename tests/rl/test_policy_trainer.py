@@ -10,9 +10,8 @@ from safetensors.torch import load_file
 from obsspec.rl.policy_trainer import PolicyTrainer
 from tests.rl.sharded_ranks import SETTINGS, fixed_episodes, rank_main
 
-# Real training: two spawned ranks and their one-process twin (seconds of CPU each). One xdist
-# group: the two ranks' module fixture runs in one process only.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("policy-trainer")]
+# Real training: two spawned ranks and their one-process twin (seconds of CPU each).
+pytestmark = pytest.mark.slow
 
 FIGURES = ("policy_loss", "clip_fraction", "logprob_mismatch", "grad_norm", "trained_tokens")
 

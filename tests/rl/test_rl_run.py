@@ -25,14 +25,7 @@ from obsspec.rl.run_files import METRIC_KEYS
 from tests.cli.test_cli import OBSSPEC, obsspec
 from tests.rl.conftest import EXAMPLE, TINY_FLAGS
 
-# One xdist group: under pytest-xdist every test here stays in one process, so the module's runs
-# (and the session's warm policy, used only here) are made once, not once per process.
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.vllm,
-    pytest.mark.ray,
-    pytest.mark.xdist_group("rl-run"),
-]
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.ray]
 
 # What must repeat after a resume, and on two ranks (timings and speculation's races may not).
 LEARNED = ("reward_mean", "reward_std", "success_rate", "policy_loss", "clip_fraction",

@@ -23,10 +23,6 @@ from tests.cli.test_cli import obsspec
 from tests.world_model.runs import episode_row, steps_for, write_run
 from world_model.data import load_data
 
-# One xdist group: the oracle's episodes (the module's `oracle_run`) are collected once, in one
-# process.
-pytestmark = pytest.mark.xdist_group("sft")
-
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 EVAL_KEYS = {"valid_action_rate", "success_rate", "mean_turns", "base_success_rate"}
 
