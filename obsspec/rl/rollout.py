@@ -84,7 +84,8 @@ class RolloutWorker:
 
         async def one(spec: EpisodeSpec) -> tuple[Trajectory, int] | None:
             if not session.can_play(spec.task_id):
-                return None  # its image did not build (start() said so)
+                self.progress.done += 1
+                return None  # its image did not build (start() said so); nothing expected
             try:
                 return await session.play(
                     session.tasks[spec.task_id],
