@@ -7,6 +7,10 @@ BIN := $(VENV)/bin
 EXTRA ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
 STAMP := $(VENV)/.installed-$(EXTRA)-$(shell cat pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many pytest-xdist processes (most tests wait on Docker,
+# engines and subprocesses, not on the CPU). A module's tests stay in one process (loadscope:
+# module fixtures are made once); tests/conftest.py hands out the costly modules first.
+TEST_WORKERS ?= 2
 # Where `make demo` writes its tasks, datasets and models (rerunning it reuses them).
 DEMO ?= demo-run
 DEMO_LIMITS := --max-turns 10 --max-tokens 128 --temperature 0
@@ -59,7 +63,7 @@ demo: setup
 		--world-model $(DEMO)/wm --out $(DEMO)/profile --overwrite $(DEMO_LIMITS)
 
 test: setup
-	$(BIN)/pytest --require-capabilities --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --require-capabilities --durations=15 $(PYTEST_ARGS)
 
 # The quick loop: no Docker, engine, Ray, browser, GPU or slow (CPU-heavy) test; without the pulled model its tests skip.
 test-fast: python

@@ -1,4 +1,6 @@
-"""Shared fixtures: one tiny model, one vLLM engine and one Docker client per test session.
+"""Shared fixtures: one tiny model, one vLLM engine and one Docker client per test process (the
+session's, or each pytest-xdist worker's). The containers its tests make carry that process's
+run id, so that parallel workers look at and remove their own only.
 
 Capabilities (a Docker daemon, the base image, the default model) are detected; without them
 the tests that need them skip, unless pytest runs with --require-capabilities (as `make test`
@@ -28,6 +30,35 @@ def pytest_addoption(parser):
         action="store_true",
         help="fail (instead of skip) when Docker, the base image or the model is missing",
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: --dist loadscope --no-loadscope-reorder), the costly
+    modules first. Each process takes the next module when it is free (a module's tests stay in
+    one process, so its module fixtures are made once), so a long module started last would
+    leave the other process idle at the end. Every process sorts alike, as xdist requires; the
+    order within a module is kept. A plain run keeps the files' order."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        return
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        rank[module] = min(rank.get(module, COST_RANKS), cost_rank(item))
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
+
+
+# By their markers, the tests that take longest first: slow ones and Ray's (whole rl runs), then
+# vLLM engines, then Docker, then the rest.
+COST_RANKS = 3
+
+
+def cost_rank(item) -> int:
+    marked = {mark.name for mark in item.iter_markers()}
+    if marked & {"slow", "ray"}:
+        return 0
+    if "vllm" in marked:
+        return 1
+    return 2 if "docker" in marked else COST_RANKS
 
 
 def missing(request, reason: str):

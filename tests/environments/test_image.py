@@ -4,6 +4,7 @@ import pytest
 
 from environments.image import BASE_REPO, ensure_base_image, recipe_dir, recipe_hash
 from environments.oneshot import LABEL, run_once
+from environments.sandbox import LABEL_RUN
 
 pytestmark = pytest.mark.docker
 
@@ -67,9 +68,13 @@ def test_oneshot_reports_exit_codes_stderr_and_has_no_network(docker_client, bas
     assert net.stdout.split() == ["lo"]
 
 
-def test_oneshot_timeout_kills_and_removes(docker_client, base_image):
-    result = run_once(docker_client, base_image, "echo started; sleep 30", timeout_s=1.5)
+def test_oneshot_timeout_kills_and_removes(docker_client, base_image, run_id):
+    result = run_once(
+        docker_client, base_image, "echo started; sleep 30", timeout_s=1.5, run_id=run_id
+    )
     assert result.timed_out
     assert result.seconds < 20
     assert "started" in result.stdout
-    assert docker_client.containers.list(all=True, filters={"label": LABEL}) == []
+    # This session's one-shot containers only: other test processes may be running theirs.
+    mine = {"label": [LABEL, f"{LABEL_RUN}={run_id}"]}
+    assert docker_client.containers.list(all=True, filters=mine) == []

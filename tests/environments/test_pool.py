@@ -50,7 +50,14 @@ async def test_cancelled_start_leaves_no_container(docker_client, base_image, ru
     assert obsspec_containers(docker_client, run_id) == []
 
 
-def test_gc_removes_containers_of_dead_owners_only(docker_client, base_image, run_id):
+def test_gc_removes_containers_of_dead_owners_only(docker_client, base_image, run_id, monkeypatch):
+    # This process's gc runs on a host of its own: any other obsspec process on this machine (a
+    # collect in another pytest-xdist process) collects dead owners' containers on the real
+    # host, and would otherwise remove this test's "dead" container before it is looked at.
+    import socket
+
+    host = f"pytest-host-{run_id}"
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
     dead = docker_client.containers.run(
         base_image,
         ["sleep", "infinity"],
@@ -61,13 +68,12 @@ def test_gc_removes_containers_of_dead_owners_only(docker_client, base_image, ru
     report = gc_containers(docker_client)  # another host's container: kept
     assert dead.short_id not in report.removed and report.kept_other_host >= 1
     dead.remove(force=True)
-    import socket
 
     here = docker_client.containers.run(
         base_image,
         ["sleep", "infinity"],
         detach=True,
-        labels={LABEL_RUN: run_id, LABEL_PID: "999999999", "obsspec.host": socket.gethostname()},
+        labels={LABEL_RUN: run_id, LABEL_PID: "999999999", "obsspec.host": host},
     )
     report = gc_containers(docker_client, dry_run=True)
     assert here.short_id in report.removed and obsspec_containers(docker_client, run_id)

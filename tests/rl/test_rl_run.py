@@ -10,6 +10,7 @@ repeats what was not finished). Faults that stop a run before its first step run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,13 +86,15 @@ def killed_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Killed:
         while not (out / "checkpoints" / "step-00000001").is_dir():
             assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
             time.sleep(0.2)
+        engines = engines_under(proc.pid)
+        assert engines, "no vLLM engine process under the run's driver"
         os.kill(rollout_actor_pid(proc.pid), signal.SIGKILL)
         _, stderr = proc.communicate(timeout=300)
     finally:
         proc.kill()
     status = json.loads((out / "rl-run.json").read_text())["status"]
     steps = [row["step"] for row in metrics(out)]
-    return Killed(out, proc.returncode, stderr, steps, status, orphaned_engines())
+    return Killed(out, proc.returncode, stderr, steps, status, orphaned(engines))
 
 
 @pytest.fixture(scope="module")
@@ -195,15 +198,31 @@ def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(reference
         assert (reference_run / "checkpoints" / step / "policy" / "trainer.pt").is_file()
 
 
-def orphaned_engines() -> list[int]:
-    """vLLM engine processes left without a parent (a killed worker's, not reaped)."""
+def engines_under(driver: int) -> list:
+    """The vLLM engine processes of this run: descendants of its driver (through its local Ray).
+    Only these are looked at afterwards: engines of other tests running at the same time (in
+    another pytest-xdist process) are none of this run's business."""
     import psutil
 
-    return [
-        p.pid
-        for p in psutil.process_iter(["cmdline", "ppid"])
-        if p.info["ppid"] == 1 and " ".join(p.info["cmdline"] or []).startswith("VLLM")
-    ]
+    engines = []
+    for child in psutil.Process(driver).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a process that ended meanwhile
+            if " ".join(child.cmdline()).startswith("VLLM"):
+                engines.append(child)
+    return engines
+
+
+def orphaned(engines: list) -> list[int]:
+    """The pids of those engines left without a parent (a killed worker's, not reaped)."""
+    import psutil
+
+    def orphan(process) -> bool:  # is_running: the same process (pid and start time), not a reuse
+        try:
+            return process.is_running() and process.ppid() == 1
+        except psutil.NoSuchProcess:
+            return False
+
+    return [process.pid for process in engines if orphan(process)]
 
 
 def rollout_actor_pid(driver: int) -> int:
