@@ -212,17 +212,28 @@ def engines_under(driver: int) -> list:
     return engines
 
 
-def orphaned(engines: list) -> list[int]:
-    """The pids of those engines left without a parent (a killed worker's, not reaped)."""
+def orphaned(engines: list, grace: float = 60) -> list[int]:
+    """The pids of those engines still alive GRACE seconds after the run's driver exited (a
+    killed worker's engines, left running). An engine notices its parent's death and exits on
+    its own, but not at once: on a loaded machine that takes seconds, so this waits rather than
+    looking once. Any still alive are killed, so that they do not burden the tests after."""
     import psutil
 
-    def orphan(process) -> bool:  # is_running: the same process (pid and start time), not a reuse
+    def running(process) -> bool:  # is_running: the same process (pid and start time), not a reuse
         try:
-            return process.is_running() and process.ppid() == 1
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
-    return [process.pid for process in engines if orphan(process)]
+    deadline = time.monotonic() + grace
+    alive = [process for process in engines if running(process)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [process for process in alive if running(process)]
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    return [process.pid for process in alive]
 
 
 def rollout_actor_pid(driver: int) -> int:
