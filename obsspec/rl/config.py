@@ -62,6 +62,11 @@ class GRPOSettings(StrictModel):
     scale_by_std: bool = Field(
         default=True, description="Divide advantages by the group's reward std."
     )
+    std: Literal["unbiased", "population"] = Field(  # obsspec.rl.grpo.GroupStd
+        default="unbiased",
+        description="The group's reward std: 'unbiased' (over n - 1, torch.std's default, "
+        "as TRL and verl compute it) or 'population' (over n, this project's earlier runs).",
+    )
     reward_requires_done: bool = Field(
         default=True, description="An episode earns the verifier's reward only if it said done."
     )
@@ -69,10 +74,11 @@ class GRPOSettings(StrictModel):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     minibatches: int = Field(
-        default=1,
+        default=2,
         ge=1,
-        description="Optimizer steps per RL step, each on a share of its episodes "
-        "(above 1, later ones are off-policy and the clip matters).",
+        description="Optimizer steps per RL step, each on a share of its episodes (with 1, "
+        "the ratio is 1 by construction and the clip never binds; from the second on, the "
+        "ratio moves and the clip can bind).",
     )
     batch_tokens: int = Field(
         default=2048,
