@@ -177,7 +177,23 @@ class RLConfig(RolloutSettings):
     def _consistent(self) -> RLConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite contradict each other")
+        asked, context = self.cotrain.max_len, self.engine.max_model_len
+        if asked is not None and asked < context:
+            raise ValueError(
+                f"cotrain.max_len {asked} cannot hold a full example: an example is the "
+                f"policy's context up to an action, then its observation, up to "
+                f"engine.max_model_len {context} tokens for every turn the policy goes on "
+                f"from; set it to at least {context}, or leave it unset (it then follows "
+                "engine.max_model_len)"
+            )
         return self
+
+    @property
+    def cotrain_settings(self) -> CotrainSettings:
+        """The co-training settings with max_len resolved: as set, else the policy's context
+        length (the world-model engine shares it: a longer example could not be served)."""
+        max_len = self.cotrain.max_len or self.engine.max_model_len
+        return self.cotrain.model_copy(update={"max_len": max_len})
 
     @property
     def episodes_per_step(self) -> int:
@@ -204,7 +220,7 @@ class RLConfig(RolloutSettings):
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
             "grpo": self.grpo.model_dump(mode="json"),
-            "cotrain": self.cotrain.model_dump(mode="json"),
+            "cotrain": self.cotrain_settings.model_dump(mode="json"),  # max_len resolved
         }
 
 
