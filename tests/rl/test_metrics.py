@@ -82,3 +82,19 @@ def test_the_plain_lines_and_the_curves_show_the_new_figures(tmp_path):
     assert len(steps_table(rows).rows) == 2  # the live table keeps its width
     path = write_curves(rows, tmp_path / "curves.png")
     assert path is not None and path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_driver_warns_once_per_run_however_many_steps_drop(tmp_path):
+    from obsspec.rl.config import RLConfig
+    from obsspec.rl.driver import Loop
+    from obsspec.rl.events import Note
+    from obsspec.rl.run_files import RLRunDir
+
+    events = []
+    config = RLConfig(tasks="t", out=tmp_path, engine={"max_model_len": 2048})
+    loop = Loop(config, RLRunDir(tmp_path), events.append, 0, None)
+    for step, wm in ((1, {**WM, "wm_dropped_too_long": 0}), (2, WM), (3, WM), (4, None)):
+        loop.step = step
+        loop.warn_too_long(wm)
+    assert [type(e) for e in events] == [Note]
+    assert events[0].text.startswith("warning: step 2:") and "(2048 tokens)" in events[0].text
