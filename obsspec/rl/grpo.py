@@ -56,12 +56,12 @@ def group_advantages(
     stats = {group: _mean_std(values, std) for group, values in members.items()}
     advantages = []
     for reward, group in zip(rewards, groups, strict=True):
-        mean, std = stats[group]
-        if std == 0.0:  # all equal: exactly zero, not float noise from reward - mean
+        mean, spread = stats[group]
+        if spread == 0.0:  # all equal: exactly zero, not float noise from reward - mean
             advantages.append(0.0)
         else:
             centred = float(reward) - mean
-            advantages.append(centred / (std + eps) if scale_by_std else centred)
+            advantages.append(centred / (spread + eps) if scale_by_std else centred)
     return advantages
 
 
