@@ -26,6 +26,13 @@ COLUMNS = (
     ("train s", "train_seconds", "{:.1f}"),
     ("sync s", "sync_seconds", "{:.1f}"),
 )
+# Also on each plain line (logs, CI), where width costs nothing: why speculation paid or not.
+LINE_ONLY = (
+    ("exec won", "spec_exec_won", "{}"),  # commands that beat every prediction
+    ("rollback", "rollback", "{}"),  # command turns whose speculative work was thrown away
+    ("overlap s", "spec_overlap_s", "{:.1f}"),
+    ("wm dropped", "wm_dropped_too_long", "{}"),
+)
 SHOWN_STEPS = 12
 
 
@@ -35,7 +42,7 @@ def cell(row: dict, key: str, fmt: str) -> str:
 
 
 def step_line(row: dict) -> str:
-    return "  ".join(f"{name} {cell(row, key, fmt)}" for name, key, fmt in COLUMNS)
+    return "  ".join(f"{name} {cell(row, key, fmt)}" for name, key, fmt in COLUMNS + LINE_ONLY)
 
 
 def steps_table(rows: list[dict], title: str | None = None) -> Table:

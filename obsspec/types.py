@@ -67,6 +67,15 @@ def status_line(result: ExecResult) -> str:
     return f"[exit code: {result.exit_code}{ended}]"
 
 
+def longest_observation_chars(max_chars: int) -> int:
+    """The most characters render_observation can return under this cap: the cut body with
+    its marker, a newline and the longest status line (a timeout's, with the widest number
+    `:g` writes and the shell restarted)."""
+    widest = ExecResult("", "", None, 0.0, timed_out=True, shell_restarted=True,
+                        timeout_s=-1.23457e-300)  # fmt: skip
+    return max_chars + len(TRUNCATION_MARKER) + 1 + len(status_line(widest))
+
+
 def render_observation(result: ExecResult, max_chars: int = DEFAULT_MAX_CHARS) -> str:
     """The canonical observation: stdout then stderr (trailing newlines removed), truncated
     in the middle past max_chars, "(no output)" when empty, then the exit-code line."""

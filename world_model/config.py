@@ -86,5 +86,12 @@ class CotrainSettings(StrictModel):
         description="Tokens per forward pass, padding included: bounds the trainer's "
         "activation memory (the 135M model needs about 1 MB per token).",
     )
-    max_len: int = Field(default=2048, ge=8, description="Longer examples are skipped.")
+    max_len: int | None = Field(
+        default=None,
+        ge=8,
+        description="Longest example in tokens (the policy's context up to an action, then "
+        "its observation); longer ones are skipped and counted (wm_dropped_too_long) "
+        "[default: engine.max_model_len, which holds every example the policy could go on "
+        "from; a smaller value is refused].",
+    )
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")

@@ -1,8 +1,8 @@
 """Co-training: the world model fine-tuned on each RL step's real observations, as it goes.
 
-    trainer = CoTrainer(base_dir, settings, action_format, seed)
-    stats = trainer.update(trajectory_rows, step)   # wm_loss, examples, tokens, seconds
-    trainer.save_weights(sync_dir)                   # the world-model engine reloads it
+    trainer = CoTrainer(base_dir, settings, action_format, seed)   # settings.max_len resolved
+    stats = trainer.update(trajectory_rows)   # wm_loss, examples (used, too long), tokens, s
+    trainer.save_weights(sync_dir)             # the world-model engine reloads it
 
 As the policy learns, the commands it runs and so the observations it must be told change;
 a world model trained once drifts away from them. Each step the model takes `updates`
@@ -10,6 +10,8 @@ optimizer steps on that step's command turns (built exactly as `train-wm` builds
 `replay_sample` examples drawn from a bounded buffer of earlier steps', so it neither forgets
 at once nor spends its time on stale data. The loss reported is the token mean of the first
 update's forward passes: the loss on this step's data before learning it, the drift signal.
+An example longer than `max_len` tokens is not trained on and not kept for replay; it is
+counted (`wm_dropped_too_long`), never silently lost.
 The buffer, its random state and the optimizer go into checkpoints, so a resumed run draws
 the same replay as an uninterrupted one.
 """
@@ -68,8 +70,11 @@ class CoTrainer:
     ) -> None:
         import torch
 
+        if settings.max_len is None:  # RLConfig.cotrain_settings resolves it
+            raise ValueError("cotrain.max_len must be resolved before co-training")
         torch.manual_seed(seed)
         self.settings = settings
+        self.max_len = settings.max_len
         tokenizer = load_tokenizer(base)
         self.prompt = world_model_prompt(tokenizer, action_format)
         self.pad_id = tokenizer.pad_token_id or 0
@@ -87,21 +92,31 @@ class CoTrainer:
         self.replay = ReplayBuffer(settings.replay_size, seed)
 
     def update(self, rows: list[dict]) -> dict[str, float]:
+        """`updates` optimizer steps on the rows' command turns and a replayed sample.
+        wm_examples: fresh and replayed; wm_examples_used: those trained on;
+        wm_dropped_too_long: those longer than max_len (fresh ones: they are not replayed)."""
         start = time.monotonic()
         examples, _, _ = build_examples(rows, self.prompt, held_out_fraction=0.0)
         fresh = [Sample(e.prompt_ids, e.target_ids) for e in examples]
-        samples = fresh + self.replay.draw(self.settings.replay_sample)
-        self.replay.add(fresh)
-        sequences = pack(samples, self.settings.max_len).sequences
+        fitting = [s for s in fresh if len(s.prompt_ids) + len(s.target_ids) <= self.max_len]
+        samples = fitting + self.replay.draw(self.settings.replay_sample)
+        self.replay.add(fitting)
+        packing = pack(samples, self.max_len)  # too_long: replay kept by an older version
+        sequences = packing.sequences
+        counts = {
+            "wm_examples": len(fresh) + len(samples) - len(fitting),
+            "wm_examples_used": sum(s.samples for s in sequences),
+            "wm_dropped_too_long": len(fresh) - len(fitting) + packing.too_long,
+        }
         if not sequences:
-            return {"wm_loss": float("nan"), "wm_examples": 0, "wm_tokens": 0, "wm_seconds": 0.0}
+            return {"wm_loss": float("nan"), **counts, "wm_tokens": 0, "wm_seconds": 0.0}
         first_loss = None
         for _ in range(self.settings.updates):
             loss = self.optimizer_step(sequences)
             first_loss = loss if first_loss is None else first_loss
         return {
             "wm_loss": first_loss,
-            "wm_examples": len(samples),
+            **counts,
             "wm_tokens": sum(s.target_tokens for s in sequences),
             "wm_seconds": time.monotonic() - start,
         }

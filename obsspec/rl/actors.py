@@ -122,7 +122,7 @@ class CoTrainerActor:
 
         use_all_cores(config.placement.num_cpus)
         fmt = config.limits.action_format
-        self.trainer = CoTrainer(base, config.cotrain, fmt, config.seed)
+        self.trainer = CoTrainer(base, config.cotrain_settings, fmt, config.seed)
         if restore is not None:
             self.trainer.restore(restore)
 

@@ -62,6 +62,11 @@ class GRPOSettings(StrictModel):
     scale_by_std: bool = Field(
         default=True, description="Divide advantages by the group's reward std."
     )
+    std: Literal["unbiased", "population"] = Field(  # obsspec.rl.grpo.GroupStd
+        default="unbiased",
+        description="The group's reward std: 'unbiased' (over n - 1, torch.std's default, "
+        "as TRL and verl compute it) or 'population' (over n, this project's earlier runs).",
+    )
     reward_requires_done: bool = Field(
         default=True, description="An episode earns the verifier's reward only if it said done."
     )
@@ -69,10 +74,11 @@ class GRPOSettings(StrictModel):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     minibatches: int = Field(
-        default=1,
+        default=2,
         ge=1,
-        description="Optimizer steps per RL step, each on a share of its episodes "
-        "(above 1, later ones are off-policy and the clip matters).",
+        description="Optimizer steps per RL step, each on a share of its episodes (with 1, "
+        "the ratio is 1 by construction and the clip never binds; from the second on, the "
+        "ratio moves and the clip can bind).",
     )
     batch_tokens: int = Field(
         default=2048,
@@ -171,7 +177,23 @@ class RLConfig(RolloutSettings):
     def _consistent(self) -> RLConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite contradict each other")
+        asked, context = self.cotrain.max_len, self.engine.max_model_len
+        if asked is not None and asked < context:
+            raise ValueError(
+                f"cotrain.max_len {asked} cannot hold a full example: an example is the "
+                f"policy's context up to an action, then its observation, up to "
+                f"engine.max_model_len {context} tokens for every turn the policy goes on "
+                f"from; set it to at least {context}, or leave it unset (it then follows "
+                "engine.max_model_len)"
+            )
         return self
+
+    @property
+    def cotrain_settings(self) -> CotrainSettings:
+        """The co-training settings with max_len resolved: as set, else the policy's context
+        length (the world-model engine shares it: a longer example could not be served)."""
+        max_len = self.cotrain.max_len or self.engine.max_model_len
+        return self.cotrain.model_copy(update={"max_len": max_len})
 
     @property
     def episodes_per_step(self) -> int:
@@ -198,7 +220,7 @@ class RLConfig(RolloutSettings):
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
             "grpo": self.grpo.model_dump(mode="json"),
-            "cotrain": self.cotrain.model_dump(mode="json"),
+            "cotrain": self.cotrain_settings.model_dump(mode="json"),  # max_len resolved
         }
 
 

@@ -3,8 +3,9 @@
     write_curves(rows, out / "curves.png")
 
 Four panels over steps, from the metrics rows: reward (mean, and success rate), the
-speculation match rate with the world model's loss on each step's new observations (its
-drift), the policy's loss and clip fraction, and where each step's seconds went (rollout,
+speculation match rate (with the shares of attempts the command won and of command turns
+rolled back) and the world model's loss on each step's new observations (its drift), the
+policy's loss and clip fraction, and where each step's seconds went (rollout,
 train, sync, stacked). Drawn on a bare matplotlib Figure (Agg), like the profile's plots.
 """
 
@@ -21,6 +22,12 @@ def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [s for s, _ in points], [v for _, v in points]
 
 
+def share(rows: list[dict], key: str, of: str) -> tuple[list[int], list[float]]:
+    """Steps and row[key] / row[of], where both are known and row[of] is not 0."""
+    points = [(r["step"], r[key] / r[of]) for r in rows if r.get(key) is not None and r.get(of)]
+    return [s for s, _ in points], [v for _, v in points]
+
+
 def write_curves(rows: list[dict], path: Path) -> Path | None:
     """The PNG, or None with no rows to draw."""
     if not rows:
@@ -34,6 +41,10 @@ def write_curves(rows: list[dict], path: Path) -> Path | None:
     reward.plot(*series(rows, "success_rate"), marker=".", ls="--", label="success rate")
     reward.set(title="reward", xlabel="step", ylim=(-0.05, 1.05))
     match.plot(*series(rows, "spec_match_rate"), marker="o", color="#2ca02c", label="match rate")
+    match.plot(*share(rows, "spec_exec_won", "spec_attempted"), marker="x", ls=":",
+               color="#8c564b", label="exec won / attempted")  # fmt: skip
+    match.plot(*share(rows, "rollback", "spec_attempted"), marker="+", ls=":",
+               color="#7f7f7f", label="rollback / attempted")  # fmt: skip
     match.set(title="speculation and the world model", xlabel="step", ylim=(-0.05, 1.05))
     drift = match.twinx()
     drift.plot(*series(rows, "wm_loss"), marker=".", color="#d62728", label="wm loss (new data)")

@@ -37,7 +37,7 @@ from obsspec.rl.actors import Roles, check_gpus
 from obsspec.rl.config import RLConfig
 from obsspec.rl.curves import write_curves
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
-from obsspec.rl.metrics import StepTimes, TensorBoard, step_row
+from obsspec.rl.metrics import StepTimes, TensorBoard, step_row, too_long_warning
 from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
@@ -126,6 +126,7 @@ class Loop:
         self.manifest: dict = {}
         self.last_row: dict | None = None
         self.step = done + 1
+        self.warned_too_long = False  # co-training's dropped examples: warned once per run
 
     def begin(self, tasks: int) -> None:
         """The manifest of the run (a resumed one keeps its run id and creation time)."""
@@ -199,6 +200,7 @@ class Loop:
             updates.append(roles.wm_trainer.update.remote(rows))
         results = await self.call(ray, asyncio.gather(*updates), "a trainer")
         policy_stats, wm_stats = results[0], (results[1] if len(results) > 1 else None)
+        self.warn_too_long(wm_stats)
         trained = time.monotonic()
         self.on_event(Phase(self.step, "sync"))
         await self.sync(ray, roles, policy_stats["trained_episodes"] > 0)
@@ -214,6 +216,13 @@ class Loop:
             speculate=speculate,
             weight_version=self.version,
         )
+
+    def warn_too_long(self, wm_stats: dict | None) -> None:
+        """The first step that drops co-training examples says so (every row counts them)."""
+        warning = too_long_warning(self.step, wm_stats, self.config.cotrain_settings.max_len)
+        if warning and not self.warned_too_long:
+            self.warned_too_long = True
+            self.on_event(Note(warning))
 
     def episode_rows(self, played: list, index: int) -> list[dict]:
         """The step's episodes as dataset rows (collect's schema), numbered across the run."""

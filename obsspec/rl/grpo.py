@@ -2,13 +2,15 @@
 
 As used here: each task is rolled out n times (a group); an episode's advantage is its reward
 minus the group mean, divided by the group std, so no value network is needed and a group
-whose episodes all scored the same teaches nothing. The advantage is broadcast to every token
-the policy generated; prompt and observation tokens (real or speculated) carry no loss. The
-PPO ratio is clipped asymmetrically, [1 - 0.2, 1 + 0.28] (DAPO "clip-higher": more room to
-raise unlikely tokens, which keeps entropy up). Losses are token means over the whole step
-(every micro-batch's sum divided by the step's total token count), so long responses are not
-down-weighted. A KL penalty to a reference policy (the k3 estimator) is optional, off by
-default.
+whose episodes all scored the same teaches nothing. The std is the unbiased sample std
+(divided by n - 1, torch.std's default, what TRL and verl use) or, as an option, the
+population std (divided by n: this project's earlier runs). The advantage is broadcast to
+every token the policy generated; prompt and observation tokens (real or speculated) carry
+no loss. The PPO ratio is clipped asymmetrically, [1 - 0.2, 1 + 0.28] (DAPO "clip-higher":
+more room to raise unlikely tokens, which keeps entropy up). Losses are token means over the
+whole step (every micro-batch's sum divided by the step's total token count), so long
+responses are not down-weighted. A KL penalty to a reference policy (the k3 estimator) is
+optional, off by default.
 
     advantages = group_advantages(rewards, task_ids)  # [episodes], one row per episode
     per_token = torch.tensor(advantages)[:, None].expand_as(mask)[mask]  # [tokens]
@@ -24,10 +26,13 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from obsspec.train.model import is_peft
+
+GroupStd = Literal["unbiased", "population"]
 
 
 def group_advantages(
@@ -35,32 +40,37 @@ def group_advantages(
     groups: Sequence[Hashable],
     *,
     scale_by_std: bool = True,
+    std: GroupStd = "unbiased",
     eps: float = 1e-6,
 ) -> list[float]:
     """Each reward minus its group's mean (over episodes sharing a key), over the group's
-    population std + eps when scale_by_std; in input order."""
+    std + eps when scale_by_std (`std`: unbiased, over n - 1; or population, over n); in
+    input order."""
     if len(rewards) != len(groups):
         raise ValueError(f"rewards ({len(rewards)}) and groups ({len(groups)}) differ in length")
+    if std not in ("unbiased", "population"):
+        raise ValueError(f"std must be 'unbiased' or 'population', got {std!r}")
     members: dict[Hashable, list[float]] = defaultdict(list)
     for reward, group in zip(rewards, groups, strict=True):
         members[group].append(float(reward))
-    stats = {group: _mean_std(values) for group, values in members.items()}
+    stats = {group: _mean_std(values, std) for group, values in members.items()}
     advantages = []
     for reward, group in zip(rewards, groups, strict=True):
-        mean, std = stats[group]
-        if std == 0.0:  # all equal: exactly zero, not float noise from reward - mean
+        mean, spread = stats[group]
+        if spread == 0.0:  # all equal: exactly zero, not float noise from reward - mean
             advantages.append(0.0)
         else:
             centred = float(reward) - mean
-            advantages.append(centred / (std + eps) if scale_by_std else centred)
+            advantages.append(centred / (spread + eps) if scale_by_std else centred)
     return advantages
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
+def _mean_std(values: list[float], std: GroupStd) -> tuple[float, float]:
     mean = math.fsum(values) / len(values)
-    if all(v == values[0] for v in values):
+    if all(v == values[0] for v in values):  # also every group of one: no n - 1 = 0 to divide by
         return mean, 0.0
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    dof = len(values) - 1 if std == "unbiased" else len(values)
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / dof)
 
 
 def response_logprobs(

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass
 
 from obsspec.rl.steps import StepBatch
+from obsspec.speculation.totals import SpeculationTotals
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,43 @@ def speculation_totals(batch: StepBatch) -> dict:
             totals["tokens_wasted"] += record.tokens_wasted
             totals["violations"] += record.lossless_violation
     return {**totals, "by_source": by_source}
+
+
+def speculation_work(batch: StepBatch, *, speculate: bool) -> dict:
+    """Where the step's speculative work went, summed over its command turns by
+    SpeculationTotals (the same sums as `profile`); null when the step did not speculate."""
+    totals = sum(
+        (SpeculationTotals.of_turns(t.turns) for t in batch.trajectories), SpeculationTotals()
+    )
+    figures = {
+        "spec_exec_won": totals.exec_won,  # the command finished before any prediction
+        "spec_overlap_s": round(totals.overlap_s, 3),  # kept replies made while commands ran
+        "spec_tokens_ahead": totals.tokens_ahead,  # policy tokens generated on predictions
+        "spec_tokens_committed": totals.tokens_committed,  # of them, kept
+        "spec_tokens_wasted": totals.tokens_wasted,  # discarded
+        "rollback": totals.rollbacks,  # command turns whose speculative work was discarded
+    }
+    return figures if speculate else dict.fromkeys(figures)
+
+
+def world_model_data(wm: dict | None) -> dict:
+    """What co-training learned from: null without co-training."""
+    keys = ("wm_examples_used", "wm_dropped_too_long")
+    return {key: None if wm is None else wm[key] for key in keys}
+
+
+def too_long_warning(step: int, wm: dict | None, max_len: int) -> str | None:
+    """The warning a step gives when co-training dropped examples (the driver shows the
+    first one of a run): they are counted, but the fix is a setting."""
+    dropped = 0 if wm is None else wm["wm_dropped_too_long"]
+    if not dropped:
+        return None
+    return (
+        f"warning: step {step}: the world model's co-training skipped {dropped} example(s) "
+        f"longer than cotrain.max_len ({max_len} tokens); raise [rl.cotrain] max_len to train "
+        "on them (and [rl.engine] max_model_len, the world-model engine's context, to "
+        "predict them); wm_dropped_too_long counts them every step"
+    )
 
 
 def step_row(
@@ -66,6 +104,8 @@ def step_row(
         "rollout_seconds": times.rollout_s,
         "train_seconds": times.train_s,
         "sync_seconds": times.sync_s,
+        **speculation_work(batch, speculate=speculate),
+        **world_model_data(wm),
         # beyond the required keys
         "step_seconds": times.step_s,
         "speculated": speculate,

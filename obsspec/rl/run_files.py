@@ -62,6 +62,15 @@ METRIC_KEYS = (
     "rollout_seconds",
     "train_seconds",
     "sync_seconds",
+    # where speculation's work went, and what the world model's co-training used
+    "spec_exec_won",
+    "spec_overlap_s",
+    "spec_tokens_ahead",
+    "spec_tokens_committed",
+    "spec_tokens_wasted",
+    "rollback",
+    "wm_examples_used",
+    "wm_dropped_too_long",
 )
 
 

@@ -82,7 +82,9 @@ def build_batch(
             batch.masked_groups += 1
             continue
         rewards = [episode_reward(t, grpo.reward_requires_done) for t in played]
-        advantages = group_advantages(rewards, [0] * len(rewards), scale_by_std=grpo.scale_by_std)
+        advantages = group_advantages(
+            rewards, [0] * len(rewards), scale_by_std=grpo.scale_by_std, std=grpo.std
+        )
         if all(a == 0 for a in advantages):
             batch.flat_groups += 1  # no gradient but the KL's: not worth a forward pass
             if grpo.kl_coef == 0:

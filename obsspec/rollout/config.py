@@ -28,6 +28,7 @@ from obsspec.config import (
     move_deprecated_keys,
 )
 from obsspec.speculation.settings import SpeculationSettings
+from obsspec.types import longest_observation_chars
 
 
 def collect_limits() -> EpisodeLimits:
@@ -63,7 +64,13 @@ class SpeculationConfig(SpeculationSettings):
     threshold: float = Field(
         default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."
     )
-    wm_max_tokens: int = Field(default=256, ge=1, description="Tokens per world-model answer.")
+    wm_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Longest world-model answer in tokens (one cut off is no answer) "
+        "[default: the longest observation the policy can be shown, from "
+        "engine.max_model_len and limits.observation_max_chars; a smaller value is refused].",
+    )
     wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
     wm_cpu_cores: str | None = Field(
         default=None,
@@ -145,6 +152,33 @@ class RolloutSettings(TaskAccess):
             own = factory().model_dump(exclude_unset=True)  # type: ignore[call-arg, misc]
             data = {**data, "speculation": deep_merge(own, data["speculation"])}
         return data
+
+    @model_validator(mode="after")
+    def _world_model_answers_hold_an_observation(self) -> RolloutSettings:
+        asked, need = self.speculation.wm_max_tokens, self.longest_observation_tokens
+        if asked is not None and asked < need:
+            raise ValueError(
+                f"speculation.wm_max_tokens {asked} cannot hold a full observation: the policy "
+                f"can be shown {need} tokens of one (the fewer of engine.max_model_len "
+                f"{self.engine.max_model_len} and limits.observation_max_chars "
+                f"{self.limits.observation_max_chars} rendered, at most a token per character), "
+                f"and an answer cut off is no answer; set it to at least {need}, or leave it "
+                "unset (it then follows those two)"
+            )
+        return self
+
+    @property
+    def longest_observation_tokens(self) -> int:
+        """Tokens of the longest observation (and its end-of-turn token) the policy can be
+        shown: its rendering under the character cap, counted a token per character (ASCII
+        text never takes more), or the policy's whole context if that is shorter."""
+        chars = longest_observation_chars(self.limits.observation_max_chars)
+        return min(self.engine.max_model_len, chars + 1)
+
+    @property
+    def wm_answer_tokens(self) -> int:
+        """The world model's answer length: as set, else one full observation."""
+        return self.speculation.wm_max_tokens or self.longest_observation_tokens
 
     @property
     def is_oracle(self) -> bool:

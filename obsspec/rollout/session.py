@@ -193,7 +193,7 @@ class RolloutSession:
                     open_world_model_engine(self.settings, wm_dir, seed=self.seed)
                 )
             prompt = WorldModelPrompt(policy.builder)
-            lm = LMPredictor(self._wm_engine, prompt, max_tokens=spec.wm_max_tokens)
+            lm = LMPredictor(self._wm_engine, prompt, max_tokens=self.settings.wm_answer_tokens)
         return SpeculativeLoop(default_cascade(lm, spec.threshold), settings=spec)
 
     def can_play(self, task_id: str) -> bool:

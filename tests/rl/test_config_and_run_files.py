@@ -89,7 +89,7 @@ def test_metrics_rows_and_episodes_after_the_checkpoint_are_dropped_on_resume(tm
     run.keep_steps_through(2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{"step": 1, "reward_mean": None}, {"step": 2, "reward_mean": None}]
-    assert "step" in METRIC_KEYS and len(METRIC_KEYS) == 13
+    assert "step" in METRIC_KEYS and len(set(METRIC_KEYS)) == len(METRIC_KEYS)
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
         "step-00000001.parquet",
         "step-00000002.parquet",
@@ -121,7 +121,7 @@ def test_the_old_flat_world_model_keys_load_with_a_warning_naming_the_new_key(tm
     old = tmp_path / "old.toml"
     old.write_text(
         '[rl]\nworld_model = "wm"\nwm_kv_cache_gb = 2.0\nwm_cpu_cores = "1"\n'
-        "wm_max_tokens = 64\nthreshold = 0.7\n"
+        "wm_max_tokens = 4096\nthreshold = 0.7\n"
     )
     with pytest.warns(ConfigDeprecationWarning) as caught:
         config = load_rl_config(old, {"tasks": "t", "out": tmp_path})
@@ -131,7 +131,7 @@ def test_the_old_flat_world_model_keys_load_with_a_warning_naming_the_new_key(tm
     new = tmp_path / "new.toml"
     new.write_text(
         '[rl.speculation]\nworld_model = "wm"\nwm_kv_cache_gb = 2.0\nwm_cpu_cores = "1"\n'
-        "wm_max_tokens = 64\nthreshold = 0.7\n"
+        "wm_max_tokens = 4096\nthreshold = 0.7\n"
     )
     assert load_rl_config(new, {"tasks": "t", "out": tmp_path}) == config
     # the run's identity is what it was, so that runs made before the move resume
@@ -158,3 +158,55 @@ def test_the_world_model_flag_sets_the_new_key(tmp_path):
     with pytest.warns(FutureWarning, match=r"\[profile\] world_model is deprecated"):
         profile = ProfileConfig.model_validate({"tasks": "t", "world_model": "w"})
     assert profile.speculation.world_model == "w" and profile.speculation.enabled
+
+
+def test_the_world_models_lengths_follow_the_policys_limits_by_default(tmp_path):
+    """Unset, the world model's answer holds a full observation and co-training keeps every
+    example the policy could go on from; the run's identity records the resolved length."""
+    from obsspec.types import longest_observation_chars
+
+    config = load_rl_config(None, {"tasks": "t", "out": tmp_path})
+    assert config.engine.max_model_len == 4096 and config.limits.observation_max_chars == 10_000
+    assert config.wm_answer_tokens == 4096  # the context is the tighter bound
+    assert config.cotrain_settings.max_len == 4096 and config.cotrain.max_len is None
+    assert config.identity()["cotrain"]["max_len"] == 4096
+    assert config.session_settings().wm_answer_tokens == 4096  # what the session asks for
+
+    short = load_rl_config(
+        None,
+        {"tasks": "t", "out": tmp_path, "limits": {"observation_max_chars": 300},
+         "engine": {"max_model_len": 2048}},
+    )  # fmt: skip
+    # the character cap is the tighter bound: the rendering, a token a character, and its end
+    assert short.wm_answer_tokens == longest_observation_chars(300) + 1 < 2048
+    assert short.cotrain_settings.max_len == 2048
+    # a value that holds a full observation / example is kept as given
+    roomy = load_rl_config(
+        None,
+        {"tasks": "t", "out": tmp_path, "cotrain": {"max_len": 8192},
+         "speculation": {"wm_max_tokens": 5000}},
+    )  # fmt: skip
+    assert roomy.cotrain_settings.max_len == 8192 and roomy.wm_answer_tokens == 5000
+
+
+def test_lengths_that_cannot_hold_a_full_observation_or_example_are_refused(tmp_path):
+    config = tmp_path / "short.toml"
+    config.write_text("[rl.engine]\nmax_model_len = 2048\n[rl.cotrain]\nmax_len = 1024\n")
+    with pytest.raises(ConfigError) as caught:
+        load_rl_config(config, {"tasks": "t", "out": tmp_path})
+    message = str(caught.value)
+    assert "cotrain.max_len 1024 cannot hold a full example" in message
+    assert "engine.max_model_len 2048" in message and "at least 2048" in message
+
+    config.write_text("[rl.speculation]\nwm_max_tokens = 256\n")
+    with pytest.raises(ConfigError) as caught:
+        load_rl_config(config, {"tasks": "t", "out": tmp_path})
+    message = str(caught.value)
+    assert "speculation.wm_max_tokens 256 cannot hold a full observation" in message
+    assert "engine.max_model_len 4096" in message and "observation_max_chars 10000" in message
+
+    # the same rule in every pipeline that plays episodes
+    from obsspec.rollout.config import CollectConfig
+
+    with pytest.raises(ValueError, match="wm_max_tokens 256 cannot hold"):
+        CollectConfig(tasks="t", out=tmp_path, speculation={"wm_max_tokens": 256})

@@ -58,14 +58,37 @@ def row_sums(logprobs: torch.Tensor, mask: torch.Tensor) -> list[float]:
 
 
 def test_group_advantages_hand_computed_with_interleaved_groups():
-    # group a: [1, 0] -> mean 0.5, std 0.5; group b: [3, 1, 2] -> mean 2, std sqrt(2/3)
+    # population std: group a: [1, 0] -> mean 0.5, std 0.5; b: [3, 1, 2] -> mean 2, sqrt(2/3)
     rewards = [1.0, 3.0, 0.0, 1.0, 2.0]
     groups = ["a", "b", "a", "b", "b"]
     std_b = math.sqrt(2 / 3)
     expected = [0.5 / 0.5, 1 / std_b, -0.5 / 0.5, -1 / std_b, 0.0]
-    assert group_advantages(rewards, groups, eps=0.0) == pytest.approx(expected, abs=1e-12)
-    with_eps = group_advantages(rewards, groups, eps=1e-6)
+    population = group_advantages(rewards, groups, std="population", eps=0.0)
+    assert population == pytest.approx(expected, abs=1e-12)
+    with_eps = group_advantages(rewards, groups, std="population", eps=1e-6)
     assert with_eps[0] == pytest.approx(0.5 / (0.5 + 1e-6), abs=1e-12)
+
+
+def test_the_unbiased_group_std_divides_by_n_minus_one_as_torch_std_does():
+    # group [1, 0, 0, 0]: mean 0.25; squared deviations sum to 0.75
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    unbiased = group_advantages(rewards, [0] * 4, eps=0.0)  # the default
+    std = math.sqrt(0.75 / 3)
+    assert unbiased == pytest.approx([0.75 / std] + [-0.25 / std] * 3, abs=1e-12)
+    reference = (torch.tensor(rewards) - 0.25) / torch.tensor(rewards).std()  # TRL, verl
+    assert unbiased == pytest.approx(reference.tolist(), abs=1e-6)
+    population = group_advantages(rewards, [0] * 4, std="population", eps=0.0)
+    assert population == pytest.approx(
+        [0.75 / math.sqrt(0.75 / 4)] + [-0.25 / math.sqrt(0.75 / 4)] * 3
+    )
+    # the two differ by sqrt((n - 1) / n) for every member
+    assert [u / p for u, p in zip(unbiased, population, strict=True)] == pytest.approx(
+        [math.sqrt(3 / 4)] * 4
+    )
+    # a group of one has no spread (nothing divided by n - 1 = 0); a bad name is refused
+    assert group_advantages([1.0], ["solo"]) == [0.0]
+    with pytest.raises(ValueError, match="'unbiased' or 'population'"):
+        group_advantages(rewards, [0] * 4, std="sample")  # type: ignore[arg-type]
 
 
 def test_group_advantages_without_std_scaling_are_mean_centred():

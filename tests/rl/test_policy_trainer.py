@@ -86,3 +86,19 @@ def test_a_checkpoint_from_before_fsdp2_still_resumes(tiny_model_dir, tokenizer,
     assert_same_figures(resumed.update(episodes, 1), old.update(episodes, 1))
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, old.model.state_dict()[name]), name
+
+
+def test_the_clip_binds_only_once_a_minibatch_follows_an_update(tiny_model_dir, tokenizer):
+    """With one minibatch the ratio is 1 by construction (old = new log-probs) and nothing is
+    ever clipped; with two, the second minibatch's ratios moved with the first update."""
+    from obsspec.rl.config import GRPOSettings
+
+    assert GRPOSettings().minibatches > 1  # the default lets the clip bind
+    episodes = fixed_episodes(len(tokenizer))
+    clip_fraction = {}
+    for minibatches in (1, 2):
+        settings = SETTINGS.model_copy(update={"lr": 3e-2, "minibatches": minibatches})
+        trainer = PolicyTrainer(tiny_model_dir, settings, seed=0, device="cpu")
+        clip_fraction[minibatches] = trainer.update(episodes, 0)["clip_fraction"]
+    assert clip_fraction[1] == 0.0
+    assert clip_fraction[2] > 0.0, clip_fraction

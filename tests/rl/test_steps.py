@@ -54,12 +54,16 @@ def test_infrastructure_failures_mask_their_group_and_flat_groups_are_skipped():
     batch = build_batch(specs, played, GRPOSettings(group_size=2, tasks_per_step=3))
     assert batch.masked_groups == 1 and batch.failed_episodes == 1
     assert batch.flat_groups == 1
-    assert [e.advantage for e in batch.episodes] == pytest.approx([1.0, -1.0], abs=1e-5)
+    # a group of two, [1, 0]: mean 0.5, unbiased std sqrt(0.5) (population: 0.5)
+    assert [e.advantage for e in batch.episodes] == pytest.approx([0.7071, -0.7071], abs=1e-4)
     assert batch.rewards == [1.0, 0.0, 1.0, 0.0, 0.0]  # every episode that ran is reported
     assert batch.episodes[0].mask == [0, 0, 1, 1]
     # with a KL term, flat groups still give a gradient and are kept
     kl = build_batch(specs, played, GRPOSettings(group_size=2, tasks_per_step=3, kl_coef=0.1))
     assert len(kl.episodes) == 4
+    population = GRPOSettings(group_size=2, tasks_per_step=3, std="population")
+    old = build_batch(specs, played, population)
+    assert [e.advantage for e in old.episodes] == pytest.approx([1.0, -1.0], abs=1e-5)
 
 
 def test_the_replay_buffer_is_bounded_and_its_draws_resume_exactly():

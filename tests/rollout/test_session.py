@@ -102,6 +102,10 @@ async def test_the_session_numbers_weight_versions_and_engines_stamp_them(
         wm_engine=wm_engine,
     ) as session:
         assert session.loop is not None  # speculation on: the cascade has the world model
+        lm = session.loop.predictor.predictors[-1]
+        assert lm.engine is wm_engine
+        # its answers hold a full observation: the policy's context, shorter than 10,000 chars
+        assert lm.max_tokens == rollout.wm_answer_tokens == rollout.engine.max_model_len
         await session.load_policy(tmp_path / "step-7", 7)
         await session.load_world_model(tmp_path / "wm-1")
         await session.load_world_model(tmp_path / "wm-2")

@@ -1,0 +1,54 @@
+"""Co-training on a tiny model: examples too long for `max_len` are counted, not trained on
+and not replayed; the rest are (real token ids, real optimizer steps, a few seconds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.world_model.runs import FMT, episode_row, steps_for
+from world_model.config import CotrainSettings
+from world_model.cotrain import CoTrainer
+from world_model.data import world_model_prompt
+from world_model.examples import build_examples
+
+
+def example_lengths(rows, tokenizer) -> list[int]:
+    examples, _, _ = build_examples(rows, world_model_prompt(tokenizer, FMT), held_out_fraction=0)
+    return [len(e.prompt_ids) + len(e.target_ids) for e in examples]
+
+
+def test_examples_longer_than_max_len_are_counted_and_never_replayed(
+    builder, tokenizer, tiny_model_dir
+):
+    short = episode_row(builder, "short-000", steps_for("short-000"))
+    long_output = "\n".join(f"line {i}: some build output" for i in range(60))
+    long = episode_row(builder, "long-000", [("make", f"{long_output}\n[exit code: 0]")])
+    fitting = example_lengths([short], tokenizer)
+    (too_long,) = example_lengths([long], tokenizer)
+    max_len = max(fitting)
+    assert too_long > max_len  # the long command's example alone does not fit
+
+    settings = CotrainSettings(max_len=max_len, replay_sample=64)
+    trainer = CoTrainer(tiny_model_dir, settings, FMT, seed=0, device="cpu")
+    first = trainer.update([short, long])
+    assert first["wm_dropped_too_long"] == 1
+    assert first["wm_examples_used"] == len(fitting) == 3
+    assert first["wm_examples"] == len(fitting) + 1
+    assert math.isfinite(first["wm_loss"])
+    assert len(trainer.replay.samples) == len(fitting)  # the long one is not kept
+
+    second = trainer.update([long])  # nothing fresh fits: only the replay is trained on
+    assert second["wm_dropped_too_long"] == 1 and second["wm_examples_used"] == len(fitting)
+
+    alone = CoTrainer(tiny_model_dir, settings.model_copy(update={"replay_sample": 0}), FMT, 0,
+                      device="cpu")  # fmt: skip
+    nothing = alone.update([long])
+    assert nothing["wm_dropped_too_long"] == 1 and nothing["wm_examples_used"] == 0
+    assert math.isnan(nothing["wm_loss"])  # nothing learned: no loss to report
+
+
+def test_the_co_trainer_wants_its_max_len_resolved(tiny_model_dir):
+    with pytest.raises(ValueError, match=r"cotrain\.max_len must be resolved"):
+        CoTrainer(tiny_model_dir, CotrainSettings(), FMT, seed=0, device="cpu")
