@@ -136,12 +136,19 @@ class CoTrainerActor:
         self.trainer.save(folder)
 
 
-def check_gpus(ray, config: RLConfig) -> None:
+def local_gpus() -> int:
+    """GPUs a Ray cluster started on this machine would have (Ray counts the visible CUDA
+    devices alike)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_gpus(config: RLConfig, have: float) -> None:
+    """The placement's GPUs fit in HAVE (the cluster's, or this machine's before a local
+    cluster is started for nothing)."""
     wanted = config.placement.gpus_requested
-    if wanted <= 0:
-        return
-    have = ray.cluster_resources().get("GPU", 0)
-    if have < wanted:
+    if wanted > 0 and have < wanted:
         p = config.placement
         where = p.ray_address or "this machine"
         raise ClusterError(

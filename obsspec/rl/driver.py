@@ -33,7 +33,7 @@ from pathlib import Path
 
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.models.registry import resolve_model
-from obsspec.rl.actors import Roles, check_gpus
+from obsspec.rl.actors import Roles, check_gpus, local_gpus
 from obsspec.rl.config import RLConfig
 from obsspec.rl.curves import write_curves
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
@@ -96,6 +96,8 @@ async def ray_session(config: RLConfig):
     import ray
 
     started_here = not ray.is_initialized()
+    if started_here and config.placement.ray_address is None:
+        check_gpus(config, local_gpus())  # before starting a cluster that cannot fit the run
     if started_here:
         address = config.placement.ray_address
         previous = signal.getsignal(signal.SIGTERM)
@@ -105,7 +107,7 @@ async def ray_session(config: RLConfig):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
     try:
-        check_gpus(ray, config)
+        check_gpus(config, ray.cluster_resources().get("GPU", 0))
         yield ray
     finally:
         if started_here:
