@@ -3,6 +3,11 @@
 Rates are pooled over turns (matched / attempted over every speculated command of the
 step), not averaged over episodes. A figure that does not apply is None (null in JSON): no
 speculation this step, no co-training, nothing to train on.
+
+The three match rates are those of obsspec.speculation.totals, over the step's turns:
+`spec_match_rate_wm` (the world model alone, first guess: the paper's figure),
+`spec_match_rate_attempted` (any source, any guess; `spec_match_rate` is the same figure under
+its older name) and `spec_match_rate_used` (guesses that arrived in time).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from obsspec.rl.steps import StepBatch
+from obsspec.speculation.totals import SpeculationTotals
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,23 @@ def speculation_totals(batch: StepBatch) -> dict:
     return {**totals, "by_source": by_source}
 
 
+def match_rates(batch: StepBatch, speculate: bool) -> dict:
+    """The step's three match rates, unrounded (None without speculation or attempts)."""
+    totals = sum(
+        (SpeculationTotals.of_turns(t.turns) for t in batch.trajectories), SpeculationTotals()
+    )
+
+    def rate(part: int, whole: int) -> float | None:
+        return part / whole if speculate and whole else None
+
+    return {
+        "spec_match_rate_wm": rate(totals.wm_matched, totals.wm_asked),
+        "spec_match_rate_attempted": rate(totals.matched, totals.attempted),
+        "spec_match_rate_used": rate(totals.matched, totals.used),
+        "spec_wm_asked": totals.wm_asked,
+    }
+
+
 def step_row(
     step: int,
     batch: StepBatch,
@@ -52,12 +75,17 @@ def step_row(
     rewards = batch.rewards
     spec = speculation_totals(batch)
     attempted = spec["attempted"]
+    rates = match_rates(batch, speculate)
     return {
         "step": step,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "reward_std": statistics.pstdev(rewards) if rewards else None,
         "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
         "spec_match_rate": spec["matched"] / attempted if speculate and attempted else None,
+        # the three match rates side by side (spec_match_rate = spec_match_rate_attempted)
+        "spec_match_rate_wm": rates["spec_match_rate_wm"],
+        "spec_match_rate_attempted": rates["spec_match_rate_attempted"],
+        "spec_match_rate_used": rates["spec_match_rate_used"],
         "tokens_wasted": spec["tokens_wasted"],
         "wm_loss": None if wm is None else wm["wm_loss"],
         "policy_loss": policy["policy_loss"],
@@ -71,6 +99,7 @@ def step_row(
         "speculated": speculate,
         "spec_attempted": attempted,
         "spec_matched": spec["matched"],
+        "spec_wm_asked": rates["spec_wm_asked"],  # match_rate_wm's denominator
         # which predictor made the matches: cache (a context seen before), rules, lm (the WM)
         "spec_matched_by_source": spec["by_source"],
         "lossless_violations": spec["violations"],

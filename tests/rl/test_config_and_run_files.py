@@ -89,7 +89,7 @@ def test_metrics_rows_and_episodes_after_the_checkpoint_are_dropped_on_resume(tm
     run.keep_steps_through(2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{"step": 1, "reward_mean": None}, {"step": 2, "reward_mean": None}]
-    assert "step" in METRIC_KEYS and len(METRIC_KEYS) == 13
+    assert "step" in METRIC_KEYS and len(METRIC_KEYS) == 16
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
         "step-00000001.parquet",
         "step-00000002.parquet",
