@@ -3,7 +3,7 @@
     write_curves(rows, out / "curves.png")
 
 Four panels over steps, from the metrics rows: reward (mean, and success rate), the
-speculation match rate with the world model's loss on each step's new observations (its
+speculation match rates (attempted, and the world model alone) with the world model's loss on each step's new observations (its
 drift), the policy's loss and clip fraction, and where each step's seconds went (rollout,
 train, sync, stacked). Drawn on a bare matplotlib Figure (Agg), like the profile's plots.
 """
@@ -33,7 +33,10 @@ def write_curves(rows: list[dict], path: Path) -> Path | None:
     reward.plot(*series(rows, "reward_mean"), marker="o", label="reward (mean)")
     reward.plot(*series(rows, "success_rate"), marker=".", ls="--", label="success rate")
     reward.set(title="reward", xlabel="step", ylim=(-0.05, 1.05))
-    match.plot(*series(rows, "spec_match_rate"), marker="o", color="#2ca02c", label="match rate")
+    match.plot(*series(rows, "spec_match_rate"), marker="o", color="#2ca02c",
+               label="match rate (attempted)")  # fmt: skip
+    match.plot(*series(rows, "spec_match_rate_wm"), marker="s", ls=":", color="#17becf",
+               label="world model alone (first guess)")  # fmt: skip
     match.set(title="speculation and the world model", xlabel="step", ylim=(-0.05, 1.05))
     drift = match.twinx()
     drift.plot(*series(rows, "wm_loss"), marker=".", color="#d62728", label="wm loss (new data)")
