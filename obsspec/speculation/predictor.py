@@ -57,7 +57,7 @@ class Predictor(Protocol):
         ...
 
 
-class Answer(list):
+class Answer(list[Prediction]):
     """Chosen predictions (the list itself) and, in `offered`, what every predictor that was
     asked offered, by source, in the order asked (a predictor that offered nothing: [])."""
 
