@@ -3,9 +3,10 @@
     write_curves(rows, out / "curves.png")
 
 Four panels over steps, from the metrics rows: reward (mean, and success rate), the
-speculation match rates (attempted, and the world model alone) with the world model's loss on each step's new observations (its
-drift), the policy's loss and clip fraction, and where each step's seconds went (rollout,
-train, sync, stacked). Drawn on a bare matplotlib Figure (Agg), like the profile's plots.
+speculation match rates (attempted, and the world model alone) with the world model's loss
+on each step's new observations (its drift), the policy's loss and clip fraction, and where
+each step's seconds went (rollout, train, sync, stacked). Drawn on a bare matplotlib Figure
+(Agg), like the profile's plots.
 """
 
 from __future__ import annotations
