@@ -165,7 +165,8 @@ def speculation_line(s: dict) -> str:
 
     return (
         f"{s['attempted']}/{s['command_turns']} commands predicted, "
-        f"{s['matched']} exact ({pct(s['match_rate_attempted'])}), "
+        f"{s['matched']} exact ({pct(s['match_rate_attempted'])}; "
+        f"world model alone {pct(s.get('match_rate_wm'))} of {s.get('wm_asked', 0)}), "
         f"{s['kept']} replies kept, {s['exec_won']} too late, {s['failed']} failed; "
         f"{s['overlap_s']:.1f} s overlapped; {s['tokens_wasted']} policy tokens discarded"
     )

@@ -20,7 +20,7 @@ def training_table(summary: dict) -> Table:
 HEADLINE = (
     "turns",
     "held_out_tasks",
-    "exact_match_rate",
+    "match_rate_wm",  # the paper's figure (also under its old name exact_match_rate in --json)
     "cascade_match_rate",
     "pred_ms_p50",
     "pred_ms_p90",
@@ -41,7 +41,7 @@ def render_evaluation(report: dict, json_output: bool) -> None:
     families = Table("family", "turns", "world model", "cascade", title="by command family")
     for name, g in report["by_family"].items():
         families.add_row(
-            name, str(g["turns"]), fmt(g["exact_match_rate"]), fmt(g["cascade_match_rate"])
+            name, str(g["turns"]), fmt(g["match_rate_wm"]), fmt(g["cascade_match_rate"])
         )
     out.print(families)
     sources = Table("source", "answered", "matched", "match rate", title="cascade answers")

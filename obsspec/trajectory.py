@@ -36,6 +36,12 @@ class SpeculationRecord:
     overlap_s: float = 0.0  # seconds the kept reply was generated while the command ran
     lossless_violation: bool = False  # a kept reply's context differed from the real one (a bug)
     error: str = ""  # why the predictor failed
+    # The LM world model on its own, apart from the cascade's cache and rules (whose answer
+    # may have been the one used): the paper's figure is the world model's alone.
+    wm_asked: bool = False  # the world model was asked and its answer came (even an empty one)
+    wm_guesses: int = 0  # its distinct guesses (at most the breadth)
+    wm_matched: bool = False  # its first guess (the greedy one) equalled the real observation
+    wm_matched_any: bool = False  # any of its guesses did
 
 
 @dataclass

@@ -5,11 +5,15 @@
 Each predictor is asked in order; the first prediction whose confidence reaches `threshold`
 is returned (its `source` says who answered). When none is confident, the most confident
 answer seen is returned, or nothing. Real observations are passed to every predictor.
+
+The answer is an `Answer`: beside the chosen predictions it keeps what each predictor asked
+offered, by source (a predictor's `source` attribute, else its predictions' source), so the
+world model can be scored on its own even when a cheaper predictor's answer was chosen.
 """
 
 from __future__ import annotations
 
-from obsspec.speculation.predictor import Prediction, Predictor, SpeculationContext
+from obsspec.speculation.predictor import Answer, Prediction, Predictor, SpeculationContext
 
 
 class CascadePredictor:
@@ -17,18 +21,22 @@ class CascadePredictor:
         self.predictors = predictors
         self.threshold = threshold
 
-    async def predict(
-        self, context: SpeculationContext, command: str, n: int = 1
-    ) -> list[Prediction]:
+    async def predict(self, context: SpeculationContext, command: str, n: int = 1) -> Answer:
         best: Prediction | None = None
+        offered: dict[str, list[Prediction]] = {}
         for predictor in self.predictors:
             predictions = await predictor.predict(context, command, n)
+            source = getattr(predictor, "source", None) or (
+                predictions[0].source if predictions else None
+            )
+            if source is not None:
+                offered.setdefault(source, []).extend(predictions)
             if predictions and predictions[0].confidence >= self.threshold:
-                return predictions[:n]
+                return Answer(predictions[:n], offered)
             for prediction in predictions:
                 if best is None or prediction.confidence > best.confidence:
                     best = prediction
-        return [best] if best is not None else []
+        return Answer([best] if best is not None else [], offered)
 
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         for predictor in self.predictors:

@@ -9,7 +9,14 @@ rules, then the world model) is then replayed over the turns in episode order, f
 real observation back, as a collection run would: the cache answers a repeated context (a
 sibling episode of the same task), the rules answer certain commands.
 
-All rates are pooled over turns (sums of counts, never means of per-task ratios).
+All rates are pooled over turns (sums of counts, never means of per-task ratios):
+
+    match_rate_wm       the world model alone, its greedy guess, over every held-out turn (it
+                        is asked about all of them; an answer cut off counts as a miss): the
+                        paper's figure, and the same name and meaning as in `profile` and `rl`
+                        (obsspec.speculation.totals)
+    exact_match_rate    the same figure under its older name, kept for existing readers
+    cascade_match_rate  the cascade's answer (cache, rules or world model) over every turn
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from obsspec.errors import ContextLengthError
-from obsspec.speculation.predictor import Prediction, SpeculationContext
+from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
 from world_model.cascade import default_cascade
 from world_model.config import EvalSettings
 from world_model.examples import Example
@@ -33,6 +40,8 @@ NO_ANSWER = "none"
 
 class Recorded:
     """The world model's answers, computed once, replayed inside the cascade."""
+
+    source = WORLD_MODEL  # they are the world model's answers
 
     def __init__(self, answers: dict[tuple[str, str], Prediction]) -> None:
         self.answers = answers
@@ -160,7 +169,8 @@ def summarise(scored: list[Scored], settings: EvalSettings) -> dict:
 def match_rates(turns: list[Scored]) -> dict:
     return {
         "turns": len(turns),
-        "exact_match_rate": rate(sum(t.lm_hit for t in turns), len(turns)),
+        "match_rate_wm": rate(sum(t.lm_hit for t in turns), len(turns)),
+        "exact_match_rate": rate(sum(t.lm_hit for t in turns), len(turns)),  # = match_rate_wm
         "cascade_match_rate": rate(sum(t.cascade_hit for t in turns), len(turns)),
     }
 

@@ -12,13 +12,15 @@ import math
 import time
 
 from obsspec.inference.base import Engine, Sampling
-from obsspec.speculation.predictor import Prediction, SpeculationContext
+from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
 from world_model.prompt import WorldModelPrompt
 
-SOURCE = "lm"
+SOURCE = WORLD_MODEL
 
 
 class LMPredictor:
+    source = SOURCE  # what a cascade files this predictor's answers under, even when it has none
+
     def __init__(
         self, engine: Engine, prompt: WorldModelPrompt, *, max_tokens: int = 256, priority: int = 0
     ) -> None:

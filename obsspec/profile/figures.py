@@ -10,8 +10,11 @@ median of per-episode reductions, and with a bootstrap 95% interval over episode
     latency_reduction          1 - sum(T_spec) / sum(T_seq)
     oracle_latency_reduction   1 - sum(T_oracle) / sum(T_seq)      (a perfect, instant predictor)
     oracle_fraction            latency_reduction / oracle_latency_reduction
-    match_rate_attempted       exact / attempted                   (speculative arm)
+    match_rate_wm              the world model's first guess exact / commands it answered
+                               (the paper's figure; match_rate_wm_any: any of its guesses)
+    match_rate_attempted       exact (any source, any guess) / attempted  (speculative arm)
     match_rate_used            exact / guesses that arrived in time (the reference's figure)
+                               (the three are defined in obsspec.speculation.totals)
     exec_won_rate              real output first / attempted
     predictor_speedup_p50      median of command seconds / prediction seconds
     tokens_wasted_fraction     discarded policy tokens / committed policy tokens
@@ -119,7 +122,9 @@ def breakdown(rows: Sequence[dict], key: Callable[[dict], str]) -> dict[str, dic
             "command_turns": t.command_turns,
             "attempted": t.attempted,
             "matched": t.matched,
-            "match_rate_attempted": pooled_rate(t.matched, t.attempted),
+            "wm_asked": t.wm_asked,
+            "wm_matched": t.wm_matched,
+            **t.match_rates(),
             "exec_won": t.exec_won,
             "mean_exec_s": pooled_rate(t.exec_s, t.command_turns),
         }
@@ -160,6 +165,8 @@ def profile_figures(episodes: Sequence[ArmEpisodes]) -> dict:
         ),
         "oracle_fraction": _round(oracle_fraction(episodes)),
         "oracle_fraction_ci95": _round_all(bootstrap(oracle_fraction, episodes)),
+        "match_rate_wm": spec["match_rate_wm"],
+        "match_rate_wm_any": spec["match_rate_wm_any"],
         "match_rate_attempted": spec["match_rate_attempted"],
         "match_rate_used": spec["match_rate_used"],
         "exec_won_rate": spec["exec_won_rate"],

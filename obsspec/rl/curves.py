@@ -3,10 +3,11 @@
     write_curves(rows, out / "curves.png")
 
 Four panels over steps, from the metrics rows: reward (mean, and success rate), the
-speculation match rate (with the shares of attempts the command won and of command turns
-rolled back) and the world model's loss on each step's new observations (its drift), the
-policy's loss and clip fraction, and where each step's seconds went (rollout,
-train, sync, stacked). Drawn on a bare matplotlib Figure (Agg), like the profile's plots.
+speculation match rates (attempted, and the world model alone, with the shares of
+attempts the command won and of command turns rolled back) with the world model's loss
+on each step's new observations (its drift), the policy's loss and clip fraction, and where
+each step's seconds went (rollout, train, sync, stacked). Drawn on a bare matplotlib Figure
+(Agg), like the profile's plots.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def write_curves(rows: list[dict], path: Path) -> Path | None:
     reward.plot(*series(rows, "reward_mean"), marker="o", label="reward (mean)")
     reward.plot(*series(rows, "success_rate"), marker=".", ls="--", label="success rate")
     reward.set(title="reward", xlabel="step", ylim=(-0.05, 1.05))
-    match.plot(*series(rows, "spec_match_rate"), marker="o", color="#2ca02c", label="match rate")
+    match.plot(*series(rows, "spec_match_rate"), marker="o", color="#2ca02c",
+               label="match rate (attempted)")  # fmt: skip
+    match.plot(*series(rows, "spec_match_rate_wm"), marker="s", ls=":", color="#17becf",
+               label="world model alone (first guess)")  # fmt: skip
     match.plot(*share(rows, "spec_exec_won", "spec_attempted"), marker="x", ls=":",
                color="#8c564b", label="exec won / attempted")  # fmt: skip
     match.plot(*share(rows, "rollback", "spec_attempted"), marker="+", ls=":",

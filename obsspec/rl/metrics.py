@@ -3,6 +3,11 @@
 Rates are pooled over turns (matched / attempted over every speculated command of the
 step), not averaged over episodes. A figure that does not apply is None (null in JSON): no
 speculation this step, no co-training, nothing to train on.
+
+The three match rates are those of obsspec.speculation.totals, over the step's turns:
+`spec_match_rate_wm` (the world model alone, first guess: the paper's figure),
+`spec_match_rate_attempted` (any source, any guess; `spec_match_rate` is the same figure under
+its older name) and `spec_match_rate_used` (guesses that arrived in time).
 """
 
 from __future__ import annotations
@@ -40,12 +45,15 @@ def speculation_totals(batch: StepBatch) -> dict:
     return {**totals, "by_source": by_source}
 
 
-def speculation_work(batch: StepBatch, *, speculate: bool) -> dict:
-    """Where the step's speculative work went, summed over its command turns by
-    SpeculationTotals (the same sums as `profile`); null when the step did not speculate."""
-    totals = sum(
+def step_totals(batch: StepBatch) -> SpeculationTotals:
+    """The step's command turns summed by SpeculationTotals (the same sums as `profile`)."""
+    return sum(
         (SpeculationTotals.of_turns(t.turns) for t in batch.trajectories), SpeculationTotals()
     )
+
+
+def speculation_work(totals: SpeculationTotals, *, speculate: bool) -> dict:
+    """Where the step's speculative work went; null when the step did not speculate."""
     figures = {
         "spec_exec_won": totals.exec_won,  # the command finished before any prediction
         "spec_overlap_s": round(totals.overlap_s, 3),  # kept replies made while commands ran
@@ -77,6 +85,20 @@ def too_long_warning(step: int, wm: dict | None, max_len: int) -> str | None:
     )
 
 
+def match_rates(totals: SpeculationTotals, speculate: bool) -> dict:
+    """The step's three match rates, unrounded (None without speculation or attempts)."""
+
+    def rate(part: int, whole: int) -> float | None:
+        return part / whole if speculate and whole else None
+
+    return {
+        "spec_match_rate_wm": rate(totals.wm_matched, totals.wm_asked),
+        "spec_match_rate_attempted": rate(totals.matched, totals.attempted),
+        "spec_match_rate_used": rate(totals.matched, totals.used),
+        "spec_wm_asked": totals.wm_asked,
+    }
+
+
 def step_row(
     step: int,
     batch: StepBatch,
@@ -90,12 +112,18 @@ def step_row(
     rewards = batch.rewards
     spec = speculation_totals(batch)
     attempted = spec["attempted"]
+    totals = step_totals(batch)
+    rates = match_rates(totals, speculate)
     return {
         "step": step,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "reward_std": statistics.pstdev(rewards) if rewards else None,
         "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
         "spec_match_rate": spec["matched"] / attempted if speculate and attempted else None,
+        # the three match rates side by side (spec_match_rate = spec_match_rate_attempted)
+        "spec_match_rate_wm": rates["spec_match_rate_wm"],
+        "spec_match_rate_attempted": rates["spec_match_rate_attempted"],
+        "spec_match_rate_used": rates["spec_match_rate_used"],
         "tokens_wasted": spec["tokens_wasted"],
         "wm_loss": None if wm is None else wm["wm_loss"],
         "policy_loss": policy["policy_loss"],
@@ -104,13 +132,14 @@ def step_row(
         "rollout_seconds": times.rollout_s,
         "train_seconds": times.train_s,
         "sync_seconds": times.sync_s,
-        **speculation_work(batch, speculate=speculate),
+        **speculation_work(totals, speculate=speculate),
         **world_model_data(wm),
         # beyond the required keys
         "step_seconds": times.step_s,
         "speculated": speculate,
         "spec_attempted": attempted,
         "spec_matched": spec["matched"],
+        "spec_wm_asked": rates["spec_wm_asked"],  # match_rate_wm's denominator
         # which predictor made the matches: cache (a context seen before), rules, lm (the WM)
         "spec_matched_by_source": spec["by_source"],
         "lossless_violations": spec["violations"],

@@ -45,6 +45,10 @@ SPECULATION = pa.struct(
         ("overlap_s", pa.float64()),
         ("lossless_violation", pa.bool_()),
         ("error", pa.string()),
+        ("wm_asked", pa.bool_()),
+        ("wm_guesses", pa.int32()),
+        ("wm_matched", pa.bool_()),
+        ("wm_matched_any", pa.bool_()),
     ]
 )
 TURN = pa.struct(

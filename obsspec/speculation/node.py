@@ -37,6 +37,7 @@ class Node:
         self.predict_s = 0.0
         self.predict_started: float | None = None
         self.guesses: list[str] = []
+        self.wm_guesses: list[str] = []  # the world model's own, whether or not they were chosen
         self.children: list[Node] = []
         self.exec_started: float | None = None
         self.closed = False

@@ -9,6 +9,10 @@ task's content hash (a fresh sandbox of the same task starts in the same state).
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
 string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
 world model, the cascade, the oracle); the runner depends only on this module.
+
+A cascade asks several predictors and returns one's answer; it says whom it asked and what each
+offered in an `Answer` (a list of the chosen predictions, with `offered` beside it), so the
+runner can score the world model on its own (`offered_by(predictions, WORLD_MODEL)`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
+
+WORLD_MODEL = "lm"  # the source of the LM world model's predictions (world_model.lm)
 
 
 @dataclass(frozen=True)
@@ -49,3 +55,21 @@ class Predictor(Protocol):
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         """The real observation of a command (predictors that learn online keep it)."""
         ...
+
+
+class Answer(list[Prediction]):
+    """Chosen predictions (the list itself) and, in `offered`, what every predictor that was
+    asked offered, by source, in the order asked (a predictor that offered nothing: [])."""
+
+    def __init__(self, chosen: list[Prediction], offered: dict[str, list[Prediction]]) -> None:
+        super().__init__(chosen)
+        self.offered = offered
+
+
+def offered_by(predictions: list[Prediction], source: str) -> list[Prediction] | None:
+    """What the predictor `source` offered for this command; None when it was not asked. An
+    `Answer` says so exactly; a plain list only shows who answered (a predictor that offered
+    nothing cannot be told from one that was not asked)."""
+    if isinstance(predictions, Answer):
+        return predictions.offered.get(source)
+    return [p for p in predictions if p.source == source] or None

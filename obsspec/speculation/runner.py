@@ -47,7 +47,7 @@ from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
 from obsspec.speculation.gate import Ask, Gate
 from obsspec.speculation.node import Node, copy_context, distinct_guesses
-from obsspec.speculation.predictor import Predictor, SpeculationContext
+from obsspec.speculation.predictor import WORLD_MODEL, Predictor, SpeculationContext, offered_by
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
 
@@ -167,6 +167,7 @@ class SpeculativeEpisode:
         if node.predicting is not None:
             node.predicting.cancel()
         node.children, node.guesses, node.predicting, node.action = [], [], None, None
+        node.wm_guesses = []
         node.record = SpeculationRecord(level=node.level)
         node.born_level = 0
         self.start_generation(node)
@@ -195,6 +196,8 @@ class SpeculativeEpisode:
             matched = any(self.loop.match(guess, turn.observation) for guess in node.guesses)
             record.matched = matched
             self.gate.observe_outcome(turn.command, record.source, matched)
+        if turn.action == "command" and record.wm_asked:
+            self.score_world_model(node, record, turn.observation)
         kept = next(
             (
                 child
@@ -220,6 +223,12 @@ class SpeculativeEpisode:
         for descendant in kept.subtree():
             self.maybe_predict(descendant)
         return kept
+
+    def score_world_model(self, node: Node, record: SpeculationRecord, real: str) -> None:
+        """The world model alone: its first guess (the paper's figure), and any of them."""
+        hits = [self.loop.match(guess, real) for guess in node.wm_guesses]
+        record.wm_matched = bool(hits) and hits[0]
+        record.wm_matched_any = any(hits)
 
     # --- growing the tree ------------------------------------------------------------------
     def spawn(self, index: int, context: TokenContext, *, level: int, guess: str | None) -> Node:
@@ -289,7 +298,16 @@ class SpeculativeEpisode:
         node.guesses = [text for text, _ in guesses]
         record.predictions = len(guesses)
         record.source = guesses[0][1].source if guesses else ""
-        record.wm_tokens += sum(p.tokens for p in predictions)
+        world_model = offered_by(predictions, WORLD_MODEL)
+        # every world-model answer was paid for, the ones the cascade did not choose too
+        spent = predictions if world_model is None else world_model
+        record.wm_tokens += sum(p.tokens for p in spent)
+        if world_model is not None:  # asked (the cascade did not stop at the cache or rules)
+            record.wm_asked = True
+            node.wm_guesses = [
+                text for text, _ in distinct_guesses(world_model, self.settings.breadth)
+            ]
+            record.wm_guesses = len(node.wm_guesses)
         for text, prediction in guesses:
             if node.closed or not self.gate.should_branch(self.ask(node), prediction):
                 continue

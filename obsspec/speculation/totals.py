@@ -2,18 +2,31 @@
 
     totals = SpeculationTotals.of_turns(trajectory.turns)      # one episode
     run = sum((SpeculationTotals.of_row(row) for row in rows), SpeculationTotals())
-    run.summary()["match_rate_attempted"]
+    run.summary()["match_rate_wm"]
 
 Rates are pooled (a sum of hits over a sum of attempts), never means of per-episode ratios,
-so a short episode weighs what its turns weigh. Two match rates, because the field reports
-them differently:
+so a short episode weighs what its turns weigh. Three match rates, because they answer three
+questions (every report uses these names with these meanings):
 
-    match_rate_attempted = matched / attempted                 every command the predictor
-                                                               was asked about
+    match_rate_wm        = wm_matched / wm_asked          the world model alone: its first
+                                                          (greedy) guess, over every command
+                                                          it was asked about and answered
+                                                          (the paper's "66.4% of attempts")
+    match_rate_wm_any    = wm_matched_any / wm_asked      the same, any of its guesses (differs
+                                                          from match_rate_wm only at breadth > 1)
+    match_rate_attempted = matched / attempted            the cascade as used: a guess from
+                                                          any source (cache, rules, world model),
+                                                          any of the breadth, over every
+                                                          command the gate let through
     match_rate_used      = matched / (attempted - exec_won - failed - empty)
-                                                               only guesses that arrived in
-                                                               time (the reference's "exact
-                                                               fraction"; it flatters)
+                                                          as attempted, but only guesses that
+                                                          arrived in time (the reference
+                                                          implementation's "exact fraction";
+                                                          it flatters)
+
+The world model is asked only when the cache and the rules had no confident answer; a query
+cancelled because the real output came first, or that failed, has no answer to score and is
+not in wm_asked (it is in exec_won or failed).
 """
 
 from __future__ import annotations
@@ -43,6 +56,10 @@ class SpeculationTotals:
     predict_s: float = 0.0  # summed over turns with a prediction
     exec_s: float = 0.0  # summed over command turns
     lossless_violations: int = 0
+    wm_asked: int = 0  # commands the world model answered (see the module docstring)
+    wm_guesses: int = 0  # its distinct guesses
+    wm_matched: int = 0  # its first guess was exact
+    wm_matched_any: int = 0  # one of its guesses was exact
 
     def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
         """One command turn and its record (None: the turn ran sequentially)."""
@@ -70,6 +87,11 @@ class SpeculationTotals:
         self.wm_tokens += r.get("wm_tokens") or 0
         self.overlap_s += r.get("overlap_s") or 0.0
         self.lossless_violations += bool(r.get("lossless_violation"))
+        # missing in datasets written before these fields: 0
+        self.wm_asked += bool(r.get("wm_asked"))
+        self.wm_guesses += r.get("wm_guesses") or 0
+        self.wm_matched += bool(r.get("wm_matched"))
+        self.wm_matched_any += bool(r.get("wm_matched_any"))
         self.predict_s += predict_s
 
     @classmethod
@@ -108,12 +130,20 @@ class SpeculationTotals:
                 f.name: round(v, 3) if isinstance(v := getattr(self, f.name), float) else v
                 for f in fields(self)
             },
-            "match_rate_attempted": pooled_rate(self.matched, self.attempted),
-            "match_rate_used": pooled_rate(self.matched, self.used),
+            **self.match_rates(),
             "exec_won_rate": pooled_rate(self.exec_won, self.attempted),
             "failed_rate": pooled_rate(self.failed, self.attempted),
             "attempt_rate": pooled_rate(self.attempted, self.command_turns),
             "tokens_wasted_per_committed": pooled_rate(self.tokens_wasted, self.tokens_committed),
+        }
+
+    def match_rates(self) -> dict:
+        """The three match rates of the module docstring (and the world model's any-guess)."""
+        return {
+            "match_rate_wm": pooled_rate(self.wm_matched, self.wm_asked),
+            "match_rate_wm_any": pooled_rate(self.wm_matched_any, self.wm_asked),
+            "match_rate_attempted": pooled_rate(self.matched, self.attempted),
+            "match_rate_used": pooled_rate(self.matched, self.used),
         }
 
 

@@ -114,3 +114,33 @@ def test_one_episode_has_no_interval():
     figures = profile_figures(episodes()[:1])
     assert figures["latency_reduction_ci95"] is None
     assert figures["latency_reduction"] == pytest.approx(0.2)
+
+
+def test_the_three_match_rates_side_by_side_at_the_top_and_per_family():
+    """The world model alone (first guess), attempted (any source, any guess) and used."""
+    wm_second = record(
+        matched=True, predictions=2, wm_asked=True, wm_guesses=2, wm_matched_any=True
+    )  # breadth 2: its first guess was wrong, its second right
+    wm_first = record(
+        matched=True, wm_asked=True, wm_guesses=1, wm_matched=True, wm_matched_any=True
+    )
+    cached = record(matched=True, source="cache")  # the world model was never asked
+    late = record(exec_won=True, predictions=0, source="")
+    seq = [turn("make", 2.0), turn("ls", 0.01), turn("make", 2.0)]
+    spec = [turn("make", 2.0, 0.5, wm_second), turn("ls", 0.01, 0.0, cached)]
+    spec2 = [turn("make -j2", 2.0, 0.5, wm_first), turn("ls", 0.01, 0.0, late)]
+    figures = profile_figures(
+        [
+            ArmEpisodes(seq=row(10.0, seq), spec=row(8.0, spec), oracle=row(6.0, seq)),
+            ArmEpisodes(seq=row(10.0, seq), spec=row(8.0, spec2), oracle=row(6.0, seq)),
+        ]
+    )
+    assert figures["match_rate_wm"] == pytest.approx(1 / 2)
+    assert figures["match_rate_wm_any"] == pytest.approx(2 / 2)
+    assert figures["match_rate_attempted"] == pytest.approx(3 / 4)
+    assert figures["match_rate_used"] == pytest.approx(3 / 3)
+    make, ls = figures["by_family"]["make"], figures["by_family"]["ls"]
+    assert (make["wm_asked"], make["wm_matched"], make["match_rate_wm"]) == (2, 1, 0.5)
+    assert make["match_rate_attempted"] == 1.0 and make["match_rate_used"] == 1.0
+    assert ls["match_rate_wm"] is None and ls["wm_asked"] == 0  # a cache hit, an exec-won
+    assert ls["match_rate_attempted"] == 0.5 and ls["match_rate_used"] == 1.0

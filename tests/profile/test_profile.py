@@ -24,6 +24,8 @@ KEYS = (
     "latency_reduction_ci95",
     "oracle_latency_reduction",
     "oracle_fraction",
+    "match_rate_wm",
+    "match_rate_wm_any",
     "match_rate_attempted",
     "match_rate_used",
     "exec_won_rate",
@@ -67,6 +69,9 @@ async def test_three_arms_on_the_same_episodes(
     assert all(key in report for key in KEYS)
     assert report["episodes"] == 2 and report["lost_episodes"] == []
     assert report["lossless_violations"] == 0
+    # no world model here: the cache and rules answer or nothing does, the LM is never asked
+    assert report["match_rate_wm"] is None and report["speculation"]["wm_asked"] == 0
+    assert all("match_rate_wm" in family for family in report["by_family"].values())
     # The oracle replays the sequential episode's outputs: every guess it makes is exact.
     oracle = report["oracle_speculation"]
     assert oracle["attempted"] > 0 and oracle["matched"] == oracle["attempted"] - oracle["exec_won"]

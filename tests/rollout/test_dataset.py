@@ -124,3 +124,48 @@ def test_shards_written_before_the_reward_columns_still_read(tmp_path):
     assert "rewards" not in rows["old"] and rows["new"]["rewards"] == []
     old_only = str(tmp_path / "data" / "shard-old-*.parquet")
     assert datasets.load_dataset("parquet", data_files=old_only, split="train")[0]["reward"] == 1.0
+
+
+WM_FIELDS = ("wm_asked", "wm_guesses", "wm_matched", "wm_matched_any")
+
+
+def test_the_world_model_fields_round_trip_and_old_shards_read_as_zero(tmp_path):
+    import pyarrow as pa
+
+    from obsspec.rollout.dataset import SPECULATION, TURN
+    from obsspec.runs import read_rows
+    from obsspec.speculation.totals import SpeculationTotals
+
+    scored = trajectory(speculated=True)
+    scored.turns[0].speculation = SpeculationRecord(
+        attempted=True, source="lm", predictions=2, matched=True, wm_asked=True, wm_guesses=2,
+        wm_matched=False, wm_matched_any=True,
+    )  # fmt: skip
+    (tmp_path / "data").mkdir()
+    writer = ShardWriter(tmp_path / "data", "shard-new", shard_episodes=1)
+    writer.add(trajectory_row(scored, run_id="r", episode_index=0, policy="p", attempts=1))
+    # a shard written before the fields existed: the speculation struct without them
+    old_speculation = pa.struct([f for f in SPECULATION if f.name not in WM_FIELDS])
+    old_turn = pa.struct(
+        [pa.field("speculation", old_speculation) if f.name == "speculation" else f for f in TURN]
+    )
+    old_schema = pa.schema(
+        [pa.field("turns", pa.list_(old_turn)) if f.name == "turns" else f for f in SCHEMA]
+    )
+    old = row("old", 0, speculated=True)
+    for turn in old["turns"]:
+        for key in WM_FIELDS:
+            del turn["speculation"][key]
+    pq.write_table(
+        pa.Table.from_pylist([old], schema=old_schema), tmp_path / "data" / "shard-old.parquet"
+    )
+    rows = {r["task_id"]: r for r in read_rows(tmp_path)}
+    stored = rows["t1"]["turns"][0]["speculation"]
+    assert {k: stored[k] for k in WM_FIELDS} == {
+        "wm_asked": True, "wm_guesses": 2, "wm_matched": False, "wm_matched_any": True
+    }  # fmt: skip
+    new, legacy = SpeculationTotals.of_row(rows["t1"]), SpeculationTotals.of_row(rows["old"])
+    assert new.summary()["match_rate_wm"] == 0.0 and new.summary()["match_rate_wm_any"] == 1.0
+    assert "wm_asked" not in rows["old"]["turns"][0]["speculation"]
+    assert (legacy.wm_asked, legacy.wm_matched, legacy.summary()["match_rate_wm"]) == (0, 0, None)
+    assert legacy.summary()["match_rate_attempted"] == 1.0  # the old figures are intact

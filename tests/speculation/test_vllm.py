@@ -86,3 +86,28 @@ async def test_speculation_on_vllm_is_lossless_and_leaves_nothing(tiny_engine, b
     # nothing outlives the episode, in the engine or in the event loop
     assert tiny_engine.unfinished_requests() == 0
     assert asyncio.all_tasks() <= engine_tasks
+
+
+async def test_the_world_model_on_vllm_is_scored_apart_from_the_cascade(tiny_engine, builder):
+    """LMPredictor on the real engine inside the default cascade: every command the rules did
+    not answer, and whose real output did not come first, has the world model asked."""
+    from obsspec.speculation.totals import SpeculationTotals
+    from world_model.cascade import default_cascade
+    from world_model.lm import LMPredictor
+    from world_model.prompt import WorldModelPrompt
+
+    seed = 7
+    lm = LMPredictor(tiny_engine, WorldModelPrompt(builder), max_tokens=8)
+    settings = SpeculationSettings(depth=1, breadth=2, gate=GateSettings(mode=GateMode.always))
+    engine = PacedEngine(tiny_engine, fake_policy(builder.tokenizer, salt=seed), min_tokens=8)
+    trajectory, context = new_episode(builder, seed)
+    loop = SpeculativeLoop(default_cascade(lm), settings=settings)
+    await play(trajectory, context, step_sandbox(1.0, salt=seed), engine, builder, LIMITS, loop)
+    records = [t.speculation for t in trajectory.turns if t.action == "command"]
+    answered = [r for r in records if r.attempted and not r.exec_won and not r.failed]
+    for record in answered:
+        assert record.wm_asked == (not record.source.startswith(("rules", "cache")))
+        assert record.wm_guesses <= 2 and record.wm_matched <= record.wm_matched_any
+    totals = SpeculationTotals.of_turns(trajectory.turns)
+    assert totals.wm_asked >= 1 and totals.summary()["match_rate_wm"] is not None
+    assert tiny_engine.unfinished_requests() == 0

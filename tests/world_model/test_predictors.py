@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from environments.sandbox import DockerSandbox
-from obsspec.speculation.predictor import Prediction, SpeculationContext
+from obsspec.speculation.predictor import Prediction, SpeculationContext, offered_by
 from obsspec.types import render_observation
 from tests.rollout.test_dataset import row
 from world_model.cache import CachePredictor
@@ -114,6 +114,27 @@ async def test_cascade_takes_the_first_confident_answer():
     assert await CascadePredictor([Fixed()]).predict(CTX, "x") == []
     cascade.observe(CTX, "cd /x", "real")
     assert never.observed == ["real"] and sure.observed == ["real"]
+
+
+class Silent(Fixed):
+    source = "lm"  # offers nothing, yet a cascade must know it was asked
+
+
+async def test_cascade_says_what_the_world_model_offered_even_when_not_chosen():
+    lm = Fixed(Prediction("lm guess", "lm", 0.2), Prediction("lm other", "lm", 0.1))
+    rules = Fixed(Prediction("rule guess", "rules/cd", 0.4))
+    answer = await CascadePredictor([Fixed(), rules, lm], threshold=0.5).predict(CTX, "cd /x")
+    assert [p.text for p in answer] == ["rule guess"]  # the best unsure answer was chosen
+    assert [p.text for p in offered_by(answer, "lm")] == ["lm guess", "lm other"]
+    assert offered_by(answer, "rules/cd") == list(rules.predictions)
+    asked = await CascadePredictor([Silent()]).predict(CTX, "x")
+    assert asked == [] and offered_by(asked, "lm") == []  # asked, nothing to offer
+    cache = Fixed(Prediction("cached", "cache", 0.95))
+    stopped = await CascadePredictor([cache, Silent()]).predict(CTX, "x")
+    assert offered_by(stopped, "lm") is None  # the cache answered: the LM was never asked
+    # a plain list (not a cascade's answer) only shows who answered
+    assert offered_by([Prediction("t", "lm", 0.9)], "lm") == [Prediction("t", "lm", 0.9)]
+    assert offered_by([Prediction("t", "cache", 0.9)], "lm") is None
 
 
 async def test_oracle_replays_recorded_observations_at_their_contexts():

@@ -16,6 +16,7 @@ from world_model.training import train_world_model
 
 TRAIN_TASKS = ["a-000", "b-000", "c-000", "d-000"]  # all on the training side of a 0.2 split
 EVAL_KEYS = {
+    "match_rate_wm",
     "exact_match_rate",
     "cascade_match_rate",
     "by_source",
@@ -92,6 +93,8 @@ def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir,
     # mkdir -p and echo are certain: the rules answer them, exactly, whatever the model says
     assert evaluation["by_source"]["rules/mkdir"]["match_rate"] == 1.0
     assert evaluation["cascade_match_rate"] >= 8 / 12
+    # one name, one meaning: the world model alone over every turn, under both names
+    assert evaluation["match_rate_wm"] == evaluation["exact_match_rate"]
     record = json.loads((out / "obsspec-train.json").read_text())
     assert sorted(record["trained_task_hashes"]) == sorted(task_hash(t) for t in TRAIN_TASKS)
 

@@ -1,0 +1,40 @@
+"""The evaluation's match rates from hand-made answers: `match_rate_wm` is the world model
+alone over every turn (as `exact_match_rate`), the cascade's is apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from obsspec.speculation.predictor import Prediction, SpeculationContext
+from world_model.config import EvalSettings
+from world_model.evaluate import Scored, replay_cascade, summarise
+from world_model.examples import Example
+
+SILENT = "(no output)\n[exit code: 0]"
+
+
+def example(index: int, command: str, observation: str) -> Example:
+    context = SpeculationContext("h", (index,))
+    return Example("t-000", "t", command, context, observation, [index], [1, 2], 0.5)
+
+
+async def test_the_world_model_alone_and_the_cascade_are_scored_apart():
+    examples = [
+        example(1, "mkdir -p x", SILENT),  # the rules know it; the world model got it wrong
+        example(2, "ls", "a\n[exit code: 0]"),  # the world model is right
+        example(3, "cat f", "b\n[exit code: 0]"),  # wrong
+        example(4, "cat g", "c\n[exit code: 0]"),  # cut off: no answer, a miss
+    ]
+    answers = [
+        Prediction("x\n[exit code: 0]", "lm", 0.9, latency_s=0.1),
+        Prediction("a\n[exit code: 0]", "lm", 0.9, latency_s=0.1),
+        Prediction("nope\n[exit code: 0]", "lm", 0.9, latency_s=0.1),
+        None,
+    ]
+    chosen = await replay_cascade(examples, answers, threshold=0.5)
+    scored = [Scored(*turn) for turn in zip(examples, answers, chosen, strict=True)]
+    report = summarise(scored, EvalSettings())
+    assert report["match_rate_wm"] == pytest.approx(1 / 4)  # every turn, first guess
+    assert report["exact_match_rate"] == report["match_rate_wm"]  # the older name
+    assert report["cascade_match_rate"] == pytest.approx(2 / 4)  # the rules' mkdir too
+    assert report["by_family"]["t"]["match_rate_wm"] == pytest.approx(1 / 4)
