@@ -141,6 +141,7 @@ async def play_level(
     emit: Emit,
 ) -> LevelPlayed:
     """Every item at this level, in waves of `level`; with --out, the arms' datasets."""
+    session.reset_speculation()  # no level starts with another's cache or gate estimates
     where = arms_dir(level, first=first)
     played = LevelPlayed(level, where, [], [], {})
     spans: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
