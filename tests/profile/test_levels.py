@@ -3,14 +3,17 @@ per-level figures and report, their table, HTML and plot, and the per-level cali
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
 from cli.profile_view import concurrency_table, event_line, figures_table
 from obsspec.errors import ConfigError
-from obsspec.profile.arms import ArmDone
+from obsspec.profile.arms import ArmDone, Wave
 from obsspec.profile.calibrate import calibrate, calibrate_levels
 from obsspec.profile.concurrency_plot import plot_by_concurrency
 from obsspec.profile.config import ProfileConfig, load_profile_config
@@ -19,6 +22,8 @@ from obsspec.profile.levels import arms_dir, parse_levels, peak_at_once, waves
 from obsspec.profile.run import LevelPlayed
 from obsspec.profile.simulate import Grid, simulate_report
 from obsspec.rollout.engines import engine_settings
+from obsspec.rollout.plan import WorkItem
+from obsspec.trajectory import Trajectory
 from tests.profile.test_report_html import PNG_MAGIC, episodes
 from tests.profile.test_simulate import arm_row, record, turn, write_profile, write_rows
 
@@ -88,6 +93,69 @@ def test_peak_at_once_counts_overlapping_spans_only():
 def test_the_first_level_keeps_the_one_level_layout():
     assert arms_dir(1, first=True) == "arms" and arms_dir(8, first=True) == "arms"
     assert arms_dir(8, first=False) == "arms/c8"
+
+
+# --- a wave over a fake session ----------------------------------------------------------------
+class FakeSession:
+    """What a Wave asks of a RolloutSession: episodes take 50 ms; `fail` maps (task id, arm)
+    to an arm that fails on the infrastructure every attempt."""
+
+    def __init__(self, task_ids: list[str], fail: set[tuple[str, str]] = frozenset()):
+        from obsspec.agent.episode import EpisodeLimits
+        from obsspec.speculation.settings import SpeculationSettings
+
+        self.tasks = {t: SimpleNamespace(id=t, instruction=f"do {t}") for t in task_ids}
+        builder = SimpleNamespace(prompt_ids=lambda *_: [1, 2, 3])
+        self.policy = SimpleNamespace(engine_for=lambda _task: self, builder=builder)
+        self.loop = SimpleNamespace(settings=SpeculationSettings())
+        self.limits = EpisodeLimits()
+        self.fail = fail
+        self.prefilled: list[list[int]] = []
+        self.played: list[tuple[str, str, float, float]] = []  # arm, task, start, end
+
+    def limits_for(self, _task):
+        return self.limits
+
+    async def generate(self, prompt, _sampling, priority=0):
+        self.prefilled.append(prompt)
+
+    async def play(self, task, seed, *, speculate=True, loop=None, on_failure):
+        arm = "oracle" if loop is not None else ("spec" if speculate else "seq")
+        start = time.monotonic()
+        await asyncio.sleep(0.05)
+        self.played.append((arm, task.id, start, time.monotonic()))
+        trajectory = Trajectory(task.id, "hash", "fake", seed, [1, 2, 3], agent_s=0.05)
+        if (task.id, arm) in self.fail:
+            trajectory.error, trajectory.error_kind, trajectory.error_type = "down", "infra", "E"
+            on_failure(trajectory, 1, True)
+            return None
+        return trajectory, 1
+
+
+async def test_a_wave_plays_each_arm_at_once_arm_after_arm():
+    session = FakeSession(["a", "b", "c"])
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    events = []
+    played = await Wave(ProfileConfig(tasks="t"), session, items, 3).run(events.append)
+
+    assert len(played.episodes) == 3 and played.lost == [] and len(session.prefilled) == 3
+    assert [arm for arm, *_ in session.played] == ["seq"] * 3 + ["spec"] * 3 + ["oracle"] * 3
+    for arm, after in (("spec", "seq"), ("oracle", "spec")):
+        first_start = min(start for a, _, start, _ in session.played if a == arm)
+        assert first_start >= max(end for a, _, _, end in session.played if a == after)
+    assert all(peak_at_once(spans) == 3 for spans in played.spans.values())
+    assert {(e.arm, e.concurrency) for e in events} == {(a, 3) for a in ("seq", "spec", "oracle")}
+
+
+async def test_an_episode_lost_in_one_arm_is_left_out_of_all():
+    session = FakeSession(["a", "b", "c"], fail={("b", "seq"), ("c", "spec")})
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    played = await Wave(ProfileConfig(tasks="t"), session, items, 3).run(lambda _e: None)
+
+    assert [e.seq["task_id"] for e in played.episodes] == ["a"]
+    assert [(lost["task_id"], lost["arm"]) for lost in played.lost] == [("b", "seq"), ("c", "spec")]
+    # b never reached the speculative arm; c, lost there, still had its oracle played
+    assert sorted(t for arm, t, *_ in session.played if arm == "spec") == ["a", "c"]
 
 
 # --- the report per level -------------------------------------------------------------------
