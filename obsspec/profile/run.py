@@ -173,9 +173,9 @@ def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
 
     plots = write_plots(out, episodes, report)
     if len(report["by_concurrency"]) > 1:
-        plots["by_concurrency"] = plot_by_concurrency(
-            report["by_concurrency"], out / "plots" / "by_concurrency.png"
-        )
+        levels = plot_by_concurrency(report["by_concurrency"], out / "plots" / "by_concurrency.png")
+        if levels is not None:  # None: no level has a latency figure to draw
+            plots["by_concurrency"] = levels
     report["files"] = {
         "report_json": str(out / REPORT),
         "report_html": str(out / HTML),
