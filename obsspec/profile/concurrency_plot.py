@@ -37,7 +37,8 @@ def plot_by_concurrency(by_concurrency: dict[str, dict], path: Path) -> Path | N
         ax.set_title(title)
         ax.yaxis.set_major_formatter(_percent())
         ax.axhline(0, color="#999", linewidth=0.8)
-        ax.legend(loc="best", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a panel with no figure at any level has none
+            ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
 
 
