@@ -24,7 +24,7 @@ from cli.common import (
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.profile_simulate import simulate
-from cli.profile_view import figures_table, printer
+from cli.profile_view import concurrency_table, figures_table, printer
 from cli.speculation_options import (
     BreadthOption,
     DepthOption,
@@ -54,6 +54,15 @@ def profile(
         typer.Option("--episodes-per-task", "-k", min=1, help="Episodes per task and arm."),
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Base seed \\[default: 0].")] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Episodes at once in each arm, sharing the policy engine; several levels "
+            "(e.g. 1,8) are each measured on the same episodes \\[default: 1].",
+        ),
+    ] = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("--out", help="Write each arm's dataset and report.json here."),
@@ -75,7 +84,8 @@ def profile(
 ) -> None:
     """Run the same episodes sequentially, speculatively and with an oracle, and compare.
 
-    The oracle is a perfect instant predictor: the ceiling. Arms are interleaved per episode.
+    The oracle is a perfect instant predictor: the ceiling. Arms are interleaved per wave of
+    --concurrency episodes played at once (one at a time by default).
 
     Latency is the agent's turns per episode (sandbox start and verifier apart).
 
@@ -88,8 +98,10 @@ def profile(
     if ctx.invoked_subcommand is not None:
         return
     from obsspec.profile.config import load_profile_config
+    from obsspec.profile.levels import parse_levels
     from obsspec.profile.run import profile as run_profile
 
+    levels = None if concurrency is None else parse_levels(concurrency)  # before any setup
     settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     speculation = drop_unset(
         {"world_model": world_model, **speculation_flags(depth, breadth, gate)}
@@ -100,6 +112,7 @@ def profile(
             "policy": policy,
             "episodes_per_task": episodes_per_task,
             "seed": seed,
+            "concurrency": levels,
             "out": out_dir,
             "overwrite": overwrite or None,
             "speculation": speculation,
@@ -123,5 +136,7 @@ def profile(
         emit_json(report)
         return
     out.print(figures_table(report))
+    if len(report["by_concurrency"]) > 1:
+        out.print(concurrency_table(report))
     if profile_config.out is not None:
         out.print(f"report: {profile_config.out / 'report.html'} (figures: report.json)")

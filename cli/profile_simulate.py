@@ -97,6 +97,22 @@ def validation_table(validation: dict) -> Table:
             f"{pct(validation['predicted_' + key])} vs {pct(validation['measured_' + key])}"
             f"  (error {pct(validation[error])})",
         )
+    for level, figures in (validation.get("by_concurrency") or {}).items():
+        if "note" in figures:
+            continue
+        row = (
+            f"{pct(figures['predicted_latency_reduction'])} vs "
+            f"{pct(figures['measured_latency_reduction'])}  (error "
+            f"{pct(figures['simulation_error'])})"
+        )
+        idle = figures.get("from_concurrency_1")
+        if idle is not None:
+            row += (
+                f"; from concurrency 1 at load {level}: "
+                f"{pct(idle['predicted_latency_reduction'])} "
+                f"(error {pct(idle['simulation_error'])})"
+            )
+        table.add_row(f"{level} at once: predicted vs measured", row)
     for arm, figures in validation["replay"].items():
         table.add_row(
             f"{arm} arm replayed",

@@ -13,19 +13,16 @@ from obsspec.rollout.events import Note, TaskSkipped
 def event_line(event) -> str | None:
     match event:
         case ArmDone(arm="seq"):
-            return (
-                f"{event.task_id} #{event.episode_index} sequential: {event.agent_s:.1f} s, "
-                f"{event.turns} turns"
-            )
+            return f"{_episode(event)} sequential: {event.agent_s:.1f} s, {event.turns} turns"
         case ArmDone():
             name = "speculative" if event.arm == "spec" else "oracle"
             return (
-                f"{event.task_id} #{event.episode_index} {name}: {event.agent_s:.1f} s, "
+                f"{_episode(event)} {name}: {event.agent_s:.1f} s, "
                 f"{event.turns} turns, {event.matched}/{event.attempted} guesses kept"
             )
         case EpisodeLost():
             return (
-                f"{event.task_id} #{event.episode_index}: left out, the {event.arm} arm failed "
+                f"{_episode(event)}: left out, the {event.arm} arm failed "
                 f"every attempt ({event.error})"
             )
         case TaskSkipped():
@@ -33,6 +30,12 @@ def event_line(event) -> str | None:
         case Note():
             return event.message
     return None
+
+
+def _episode(event: ArmDone | EpisodeLost) -> str:
+    """`task #0`, and `[c8]` after it when played with other episodes at once."""
+    level = f" [c{event.concurrency}]" if event.concurrency > 1 else ""
+    return f"{event.task_id} #{event.episode_index}{level}"
 
 
 def printer(console: Console):
@@ -64,7 +67,9 @@ def match_rates(figures: dict) -> str:
 
 
 def figures_table(report: dict) -> Table:
-    table = Table(title=f"profile of {report['episodes']} episode(s) per arm", show_header=False)
+    at_once = report.get("concurrency", 1)
+    title = f"profile of {report['episodes']} episode(s) per arm, {at_once} at once"
+    table = Table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     phases = report["phases"]
@@ -91,3 +96,29 @@ def figures_table(report: dict) -> Table:
     if report["lost_episodes"]:
         table.add_row("left out", str(len(report["lost_episodes"])))
     return table
+
+
+def concurrency_table(report: dict) -> Table:
+    """One row per concurrency level: the same episodes with N at once in each arm."""
+    table = Table(title="by concurrency (the same episodes, N at once per arm)")
+    for name in ("N", "episodes", "seq s/ep", "spec s/ep", "reduction", "oracle", "of oracle"):
+        table.add_column(name, justify="right")
+    table.add_column("ran at once", justify="right")
+    for level, figures in report["by_concurrency"].items():
+        phases = figures["phases"]
+        table.add_row(
+            level,
+            str(figures["episodes"]),
+            _seconds(phases["seq"]["agent_s_mean"]),
+            _seconds(phases["spec"]["agent_s_mean"]),
+            pct(figures["latency_reduction"]) + interval(figures["latency_reduction_ci95"]),
+            pct(figures["oracle_latency_reduction"])
+            + interval(figures["oracle_latency_reduction_ci95"]),
+            pct(figures["oracle_fraction"]) + interval(figures["oracle_fraction_ci95"]),
+            "/".join(str(n) for n in figures["episodes_at_once"].values()),
+        )
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

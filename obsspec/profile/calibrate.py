@@ -1,9 +1,15 @@
 """The measured figures a regime simulation replays, read from a profile or a collect run.
 
     cal = calibrate(Path("runs/prof"))      # the --out of `obsspec profile`, or a collect RUN_DIR
+    levels = calibrate_levels(Path("runs/prof"))      # {1: Calibration, 8: ...}: a profile's levels
 
     RUN_DIR/report.json + RUN_DIR/arms/{seq,spec,oracle}/data/*.parquet     a profile (preferred)
     RUN_DIR/data/*.parquet (+ manifest.json)                                 a collect run
+
+A profile run at several concurrency levels (`--concurrency 1,8`) keeps its first level in
+RUN_DIR/arms/<arm> (what `calibrate` reads) and each other level N in RUN_DIR/arms/c<N>/<arm>,
+as its report.json's `by_concurrency[N].arms_dir` says; `calibrate_levels` reads each level
+on its own (its reply seconds are those measured with N episodes sharing the engine).
 
 From a profile, reply and command seconds come from the sequential arm (the times with no
 speculation in the way) and the prediction figures from the speculative arm, over the
@@ -115,6 +121,9 @@ class Calibration(StrictModel):
     breadth: int = Field(description="Guesses per command the run used (1 if none).")
     gate: str = Field(description="The run's gate mode ('off': collected without speculation).")
     oracle_delay_s: float = Field(description="Seconds the profile's oracle took per prediction.")
+    concurrency: int = Field(
+        default=1, description="Episodes at once (sharing the engine) when it was measured."
+    )
     episodes: list[EpisodeTimes] = Field(description="The episodes the simulation resamples.")
     gen_s: TimeStats = Field(description="Seconds per reply (every turn).")
     exec_s: TimeStats = Field(description="Seconds per command (command turns).")
@@ -169,8 +178,29 @@ def calibrate(run_dir: Path) -> Calibration:
     )
 
 
-def _from_profile(run_dir: Path) -> Calibration:
-    arms = run_dir / "arms"
+def calibrate_levels(run_dir: Path) -> dict[int, Calibration]:
+    """Each concurrency level of a profile, calibrated on its own rows; {} for a collect run
+    or a profile from before levels (its one level is `calibrate`'s)."""
+    if not (run_dir / "arms").is_dir():
+        return {}
+    report = read_json_object(run_dir / REPORT, flag=FLAG)
+    levels = report.get("by_concurrency") or {}
+    if not isinstance(levels, dict):
+        raise ConfigError(f"{FLAG} {run_dir}: report.json's by_concurrency is not a table")
+    return {
+        int(level): _from_profile(
+            run_dir, run_dir / str(figures.get("arms_dir") or "arms"), figures, int(level)
+        )
+        for level, figures in levels.items()
+    }
+
+
+def _from_profile(
+    run_dir: Path, arms: Path | None = None, figures: dict | None = None, concurrency: int = 1
+) -> Calibration:
+    """One level of a profile: its arms' rows under `arms` (default: the first level's) and
+    its figures in report.json (default: the top level's)."""
+    arms = arms or run_dir / "arms"
     seq = _keyed(read_rows(arms / "seq", flag=FLAG))
     spec = _keyed(read_rows(arms / "spec", flag=FLAG))
     oracle = _keyed(read_rows(arms / "oracle", flag=FLAG)) if (arms / "oracle").is_dir() else {}
@@ -182,6 +212,9 @@ def _from_profile(run_dir: Path) -> Calibration:
         )
     report = read_json_object(run_dir / REPORT, flag=FLAG)
     config = report.get("config") or {}
+    if figures is None:
+        figures = report
+        concurrency = int(report.get("concurrency") or 1)
     seq_rows, spec_rows = [seq[k] for k in keys], [spec[k] for k in keys]
     oracle_rows = [oracle[k] for k in keys] if all(k in oracle for k in keys) else None
     arms = {"spec": spec_rows} | ({"oracle": oracle_rows} if oracle_rows else {})
@@ -192,7 +225,8 @@ def _from_profile(run_dir: Path) -> Calibration:
         arms,
         config.get("speculation") or {},
         oracle_delay_s=float(config.get("oracle_delay_s") or 0.0),
-        measured=_measured(seq_rows, spec_rows, oracle_rows, report),
+        measured=_measured(seq_rows, spec_rows, oracle_rows, figures),
+        concurrency=concurrency,
     )
 
 
@@ -213,6 +247,7 @@ def _calibration(
     speculation: dict,
     oracle_delay_s: float,
     measured: Measured | None,
+    concurrency: int = 1,
 ) -> Calibration:
     """timed: the rows whose seconds are simulated; arms: the rows with speculation records
     ("spec", whose rates are calibrated, and "oracle"), each replayed in the validation."""
@@ -235,6 +270,7 @@ def _calibration(
         breadth=int(speculation.get("breadth") or 1),
         gate=str((speculation.get("gate") or {}).get("mode") or "auto"),
         oracle_delay_s=oracle_delay_s,
+        concurrency=concurrency,
         episodes=episodes,
         gen_s=TimeStats.of(gen_s),
         exec_s=TimeStats.of(exec_s),

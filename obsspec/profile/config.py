@@ -7,11 +7,13 @@ The speculative arm's world model is `[profile.speculation] world_model`; the fl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
+
+Level = Annotated[int, Field(ge=1, le=1024)]
 
 
 class ProfileConfig(RolloutSettings):
@@ -26,12 +28,12 @@ class ProfileConfig(RolloutSettings):
         default=None, description="Write each arm's dataset and report.json here."
     )
     overwrite: bool = Field(default=False, description="Replace an existing --out.")
-    concurrency: int = Field(
-        default=1,
-        ge=1,
-        le=1,
-        description="Episodes at once: profile plays one episode at a time in each arm, so any "
-        "other value is refused rather than ignored.",
+    concurrency: list[Level] = Field(  # type: ignore[assignment]
+        default=[1],
+        min_length=1,
+        description="Levels of episodes at once sharing the policy engine in each arm, e.g. "
+        "[1, 8] (a single number is one level): every level plays the same episodes; the "
+        "report's top-level figures are the first level's.",
     )
     speculation: SpeculationConfig = Field(
         default_factory=lambda: SpeculationConfig(enabled=True),
@@ -41,9 +43,25 @@ class ProfileConfig(RolloutSettings):
         default=0.0, ge=0, description="Seconds the oracle arm's perfect predictor takes."
     )
 
-    def session_settings(self) -> ProfileConfig:
-        """What the arms' session runs: the speculative loop is always there."""
-        return self.with_speculation(enabled=True)
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_level_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels_once_each(cls, levels: list[int]) -> list[int]:
+        repeated = sorted({n for n in levels if levels.count(n) > 1})
+        if repeated:
+            raise ValueError(f"levels given more than once: {repeated}")
+        return levels
+
+    def session_settings(self) -> RolloutSettings:
+        """What the arms' session runs: the speculative loop is always there, and room (engine
+        sequences, episode slots) for the largest level."""
+        shared = self.model_dump(include=set(RolloutSettings.model_fields))
+        shared["concurrency"] = max(self.concurrency)
+        return RolloutSettings.model_validate(shared).with_speculation(enabled=True)
 
 
 def load_profile_config(

@@ -152,6 +152,27 @@ CAPTIONS = {
     ),
 }
 
+CAPTIONS["by_concurrency"] = (
+    "By concurrency",
+    "The same episodes played with N episodes at once in each arm (sharing the policy "
+    "engine, as in an RL step). Left: the latency reduction and the oracle's ceiling per "
+    "level; right: the fraction of the ceiling reached. Bars are bootstrap 95% intervals.",
+)
+LEVEL_COLUMNS = (
+    ("episodes", "episodes", "int"),
+    ("latency_reduction", "latency reduction", "pct"),
+    ("latency_reduction_ci95", "95% interval", "interval"),
+    ("oracle_latency_reduction", "oracle reduction", "pct"),
+    ("oracle_latency_reduction_ci95", "95% interval", "interval"),
+    ("oracle_fraction", "share of the oracle's", "pct"),
+    ("oracle_fraction_ci95", "95% interval", "interval"),
+    ("match_rate_attempted", "match rate (attempted)", "pct"),
+    ("seq_agent_s_mean", "sequential s/episode", "seconds"),
+    ("spec_agent_s_mean", "speculative s/episode", "seconds"),
+    ("at_once", "at once (seq/spec/oracle)", "text"),
+    ("arms_dir", "datasets", "text"),
+)
+
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
        padding: 0 1rem; line-height: 1.4; }
@@ -190,6 +211,7 @@ def render_html(report: dict, plots: dict[str, Path]) -> str:
         [
             _summary(report),
             _section("Headline figures", _headline(report)),
+            _levels(report),
             _section("By command family", _breakdown(report.get("by_family") or {}, "family")),
             _section("By prediction source", _breakdown(report.get("by_source") or {}, "source")),
             _section("Phases", _phases(report.get("phases") or {})),
@@ -242,6 +264,28 @@ def _headline(report: dict) -> str:
         "percentile intervals over episodes (none with fewer than two episodes).</p>"
     )
     return f"<table>{header}{''.join(rows)}</table>{note}"
+
+
+def _levels(report: dict) -> str:
+    """The figures of each concurrency level; the headline above is the first level's."""
+    levels = report.get("by_concurrency") or {}
+    if not levels:
+        return ""
+    rows = {
+        f"{n} at once": figures
+        | {
+            "seq_agent_s_mean": figures["phases"]["seq"]["agent_s_mean"],
+            "spec_agent_s_mean": figures["phases"]["spec"]["agent_s_mean"],
+            "at_once": "/".join(str(v) for v in (figures.get("episodes_at_once") or {}).values()),
+        }
+        for n, figures in levels.items()
+    }
+    note = (
+        f'<p class="muted">The headline figures above are those of {report.get("concurrency", 1)} '
+        "episode(s) at once. Each level plays the same episodes, in waves of N episodes at "
+        "once per arm; 'at once' is the most episodes an arm actually ran together.</p>"
+    )
+    return _section("By concurrency", _table("level", rows, LEVEL_COLUMNS) + note)
 
 
 def _breakdown(groups: dict[str, dict], what: str) -> str:
@@ -332,4 +376,6 @@ def _format(value, kind: str) -> str:
         return f"{value:.2f}×"
     if kind == "seconds":
         return f"{value:.2f} s"
+    if kind == "interval":
+        return f"[{value[0]:.1%}, {value[1]:.1%}]"
     return str(int(value)) if isinstance(value, (int, float)) else str(value)

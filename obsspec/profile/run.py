@@ -9,17 +9,20 @@ It reads top to bottom:
     open the rollout session: the task images (a task that fails is skipped; all failing is
     an error), the policy engine and the speculative arm's predictors (cache, rules, world
     model), the sandbox pools
-    for each episode (task, seed), interleaved so machine noise hits every arm alike, its
-    prompt prefilled first (so no arm is the only one to pay for it):
-        sequential   the plain loop
-        speculative  the configured cascade, depth, breadth and gate
-        oracle       a perfect predictor replaying the sequential episode's real outputs
-                     after `oracle_delay_s`, gate always: the ceiling
+    for each concurrency level N (`--concurrency 1,8`), the same episodes (task, seed) in
+    waves of N (obsspec.profile.arms), so machine noise hits every arm alike, their prompts
+    prefilled first (so no arm is the only one to pay for them):
+        sequential   the wave's N episodes at once, the plain loop
+        speculative  the same at once, the configured cascade, depth, breadth and gate
+        oracle       the same at once, a perfect predictor replaying each sequential
+                     episode's real outputs after `oracle_delay_s`, gate always: the ceiling
     (an arm's episode that fails on the infrastructure is retried; if it never succeeds, the
-    episode is left out of every arm)
-    figures over the episodes all three arms completed; with --out, each arm's dataset
-    (OUT/arms/<arm>, readable like a collect run), OUT/report.json, OUT/plots/*.png and
-    OUT/report.html (self-contained: it embeds the plots)
+    episode is left out of every arm of that level)
+    figures per level over the episodes all three arms completed (`by_concurrency`; the
+    top-level figures are the first level's); with --out, each level's arm datasets
+    (OUT/arms/<arm> for the first level, OUT/arms/c<N>/<arm> for the others; readable like a
+    collect run), OUT/report.json, OUT/plots/*.png and OUT/report.html (self-contained: it
+    embeds the plots)
 """
 
 from __future__ import annotations
@@ -27,54 +30,47 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.tasks.model import Task
-from obsspec.agent.episode import episode_prompt
 from obsspec.errors import ConfigError, ObsspecError
-from obsspec.inference.base import Engine, Sampling
+from obsspec.inference.base import Engine
+from obsspec.profile.arms import ARMS, ArmDone, Emit, EpisodeLost, ProfileEvent, Wave
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.figures import ArmEpisodes, profile_figures
-from obsspec.rollout.dataset import ShardWriter, trajectory_row
-from obsspec.rollout.events import Note, TaskSkipped
+from obsspec.profile.levels import arms_dir, peak_at_once, waves
+from obsspec.rollout.dataset import ShardWriter
+from obsspec.rollout.events import TaskSkipped
 from obsspec.rollout.plan import WorkItem, load_task_set, plan_items
 from obsspec.rollout.policy import policy_model
 from obsspec.rollout.session import NoRunnableTask, RolloutSession
 from obsspec.rollout.speculation import check_world_model
 from obsspec.runs import DATA_DIR
-from obsspec.speculation.gate import GateMode
-from obsspec.speculation.runner import SpeculativeLoop
-from obsspec.trajectory import Trajectory
-from world_model.oracle import OraclePredictor
 
-ARMS = ("seq", "spec", "oracle")
 REPORT = "report.json"
 HTML = "report.html"
+__all__ = ["ArmDone", "EpisodeLost", "ProfileEvent", "profile"]
 
 
-@dataclass(frozen=True)
-class ArmDone:
-    arm: str
-    task_id: str
-    episode_index: int
-    agent_s: float
-    turns: int
-    matched: int  # speculative turns kept (0 for the sequential arm)
-    attempted: int
+@dataclass
+class LevelPlayed:
+    """One concurrency level: the episodes all three arms completed, the lost ones, and
+    per arm the most episodes that ran at once (what the level really achieved)."""
 
+    level: int
+    arms_dir: str
+    episodes: list[ArmEpisodes]
+    lost: list[dict]
+    at_once: dict[str, int]
 
-@dataclass(frozen=True)
-class EpisodeLost:
-    task_id: str
-    episode_index: int
-    arm: str
-    error: str
-
-
-ProfileEvent = ArmDone | EpisodeLost | Note | TaskSkipped
-Emit = Callable[[ProfileEvent], None]
+    def figures(self) -> dict:
+        return {
+            "concurrency": self.level,
+            **profile_figures(self.episodes),
+            "episodes_at_once": self.at_once,
+            "lost_episodes": self.lost,
+            "arms_dir": self.arms_dir,
+        }
 
 
 async def profile(
@@ -97,14 +93,13 @@ async def profile(
         raise ConfigError(f"--tasks {config.tasks}: no task loads ({len(broken)} broken)")
     prepare_out(config)
     items = plan_items(tasks, config.episodes_per_task, config.seed, set())
-    episodes: list[ArmEpisodes] = []
-    lost: list[dict] = []
+    levels = config.concurrency
     session = RolloutSession(
         settings,
         models_dir,
         tasks,
         name="profile",
-        planned=Counter(item.task_id for item in items),
+        planned=Counter(item.task_id for item in items for _ in levels),
         emit=emit,
         engine=engine,
         wm_engine=wm_engine,
@@ -117,38 +112,70 @@ async def profile(
             hint="see the skipped tasks above (`obsspec env validate` checks tasks)",
         ) from e
     try:
-        writers = arm_writers(config.out)
-        try:
-            for item in items:
-                if not session.can_play(item.task_id):
-                    continue
-                arms = Arms(config, session, session.tasks[item.task_id], item)
-                triple = await arms.run(emit)
-                if triple is None:
-                    lost.append(arms.lost)
-                else:
-                    episodes.append(triple)
-                    for arm, writer in writers.items():
-                        writer.add(getattr(triple, arm))
-                await session.finished(item.task_id)
-        finally:
-            for writer in writers.values():
-                writer.close()
+        playable = [item for item in items if session.can_play(item.task_id)]
+        played = [
+            await play_level(config, session, playable, level, first=index == 0, emit=emit)
+            for index, level in enumerate(levels)
+        ]
     finally:
         await session.aclose()
-    report = {**profile_figures(episodes), "lost_episodes": lost, "tasks": len(session.images)}
-    report["config"] = config.model_dump(mode="json")
+    by_level = {str(level.level): level.figures() for level in played}
+    report = {
+        **by_level[str(levels[0])],
+        "tasks": len(session.images),
+        "by_concurrency": by_level,
+        "config": config.model_dump(mode="json"),
+    }
     if config.out is not None:
-        write_report(config.out, episodes, report)
+        write_report(config.out, played[0].episodes, report)
     return report
+
+
+async def play_level(
+    config: ProfileConfig,
+    session: RolloutSession,
+    items: list[WorkItem],
+    level: int,
+    *,
+    first: bool,
+    emit: Emit,
+) -> LevelPlayed:
+    """Every item at this level, in waves of `level`; with --out, the arms' datasets."""
+    session.reset_speculation()  # no level starts with another's cache or gate estimates
+    where = arms_dir(level, first=first)
+    played = LevelPlayed(level, where, [], [], {})
+    spans: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
+    writers = arm_writers(config.out / where if config.out is not None else None)
+    try:
+        for wave in waves(items, level):
+            result = await Wave(config, session, wave, level).run(emit)
+            played.episodes += result.episodes
+            played.lost += result.lost
+            for arm in ARMS:
+                spans[arm] += result.spans[arm]
+            for episode in result.episodes:
+                for arm, writer in writers.items():
+                    writer.add(getattr(episode, arm))
+            for item in wave:
+                await session.finished(item.task_id)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    played.at_once = {arm: peak_at_once(spans[arm]) for arm in ARMS}
+    return played
 
 
 def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
     """OUT/report.json, OUT/plots/*.png and OUT/report.html (which embeds the plots)."""
+    from obsspec.profile.concurrency_plot import plot_by_concurrency
     from obsspec.profile.html_report import write_html
     from obsspec.profile.plots import write_plots
 
     plots = write_plots(out, episodes, report)
+    if len(report["by_concurrency"]) > 1:
+        levels = plot_by_concurrency(report["by_concurrency"], out / "plots" / "by_concurrency.png")
+        if levels is not None:  # None: no level has a latency figure to draw
+            plots["by_concurrency"] = levels
     report["files"] = {
         "report_json": str(out / REPORT),
         "report_html": str(out / HTML),
@@ -156,82 +183,6 @@ def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
     }
     (out / REPORT).write_text(json.dumps(report, indent=2))
     write_html(out, report, plots)
-
-
-class Arms:
-    """One episode (task, seed) in the three arms, in order."""
-
-    def __init__(self, config: ProfileConfig, session: RolloutSession, task: Task, item):
-        self.config, self.session = config, session
-        self.task, self.item = task, item
-        self.lost: dict = {}
-
-    async def run(self, emit: Emit) -> ArmEpisodes | None:
-        await self.warm_prompt()
-        seq = await self.episode("seq", emit, speculate=False)
-        if seq is None:
-            return None
-        spec = await self.episode("spec", emit)
-        spec_loop = self.session.loop
-        assert spec_loop is not None  # profile's session always speculates
-        oracle_settings = spec_loop.settings.model_copy(
-            update={"gate": spec_loop.settings.gate.model_copy(update={"mode": GateMode.always})}
-        )
-        predictor = OraclePredictor.from_rows([seq], delay_s=self.config.oracle_delay_s)
-        oracle_loop = SpeculativeLoop(predictor, settings=oracle_settings)
-        oracle = await self.episode("oracle", emit, loop=oracle_loop)
-        if spec is None or oracle is None:
-            return None
-        return ArmEpisodes(seq, spec, oracle)
-
-    async def warm_prompt(self) -> None:
-        """Prefill the episode's prompt before any arm runs. The engine caches prefixes, so
-        otherwise the first arm alone would pay for the prompt (the sequential arm, always
-        first: the saving would be overstated)."""
-        policy = self.session.policy
-        assert policy is not None
-        engine = policy.engine_for(self.task)
-        limits = self.session.limits_for(self.task)
-        prompt = episode_prompt(policy.builder, self.task, limits.action_format)
-        await engine.generate(prompt, Sampling(max_tokens=1, temperature=0.0), priority=0)
-
-    async def episode(
-        self, arm: str, emit: Emit, *, speculate: bool = True, loop=None
-    ) -> dict | None:
-        item: WorkItem = self.item
-
-        def failed(trajectory: Trajectory, _attempt: int, final: bool) -> None:
-            if final:
-                error = f"{trajectory.error_type}: {trajectory.error}"
-                self.lost = {"task_id": item.task_id, "episode_index": item.episode_index}
-                self.lost |= {"arm": arm, "error": error}
-                emit(EpisodeLost(item.task_id, item.episode_index, arm, error))
-
-        played = await self.session.play(
-            self.task, item.seed, speculate=speculate, loop=loop, on_failure=failed
-        )
-        if played is None:
-            return None
-        trajectory, attempt = played
-        records = [t.speculation for t in trajectory.turns if t.speculation]
-        emit(
-            ArmDone(
-                arm,
-                item.task_id,
-                item.episode_index,
-                trajectory.agent_s,
-                len(trajectory.turns),
-                sum(bool(r.tokens_committed) for r in records),
-                sum(r.attempted for r in records),
-            )
-        )
-        return trajectory_row(
-            trajectory,
-            run_id=f"profile-{arm}",
-            episode_index=item.episode_index,
-            policy=self.config.policy,
-            attempts=attempt,
-        )
 
 
 def prepare_out(config: ProfileConfig) -> None:
@@ -253,12 +204,12 @@ def prepare_out(config: ProfileConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def arm_writers(out: Path | None) -> dict[str, ShardWriter]:
-    if out is None:
+def arm_writers(arms: Path | None) -> dict[str, ShardWriter]:
+    """A shard writer per arm under `arms` (a level's OUT/arms or OUT/arms/c<N>)."""
+    if arms is None:
         return {}
     for arm in ARMS:
-        (out / "arms" / arm / DATA_DIR).mkdir(parents=True, exist_ok=True)
+        (arms / arm / DATA_DIR).mkdir(parents=True, exist_ok=True)
     return {
-        arm: ShardWriter(out / "arms" / arm / DATA_DIR, f"shard-{arm}", shard_episodes=64)
-        for arm in ARMS
+        arm: ShardWriter(arms / arm / DATA_DIR, f"shard-{arm}", shard_episodes=64) for arm in ARMS
     }

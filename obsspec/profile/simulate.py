@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -50,7 +50,8 @@ from pydantic import Field, ValidationError
 
 from obsspec.config import StrictModel
 from obsspec.errors import ConfigError
-from obsspec.profile.calibrate import Calibration, EpisodeTimes, calibrate
+from obsspec.profile.calibrate import Calibration, EpisodeTimes, calibrate, calibrate_levels
+from obsspec.profile.event_loop import Speculation, evaluate, run_turns
 from obsspec.profile.workload import Workload, pad, workload
 
 GOAL_LATENCY_REDUCTION = 0.142  # the project's targets
@@ -120,107 +121,73 @@ def _number(name: str, text: str) -> float:
     return int(value) if value.is_integer() else value
 
 
-# --- the event loop -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Speculation:
-    depth: int
-    breadth: int
-    attempt: np.ndarray  # (n, T) bool: the gate asks for a prediction of this command
-    hit: np.ndarray  # (n, T) bool: a guess of this command's output is right and branched on
-    predict: np.ndarray  # (n, T) prediction seconds
-
-
-def run_turns(w: Workload, gen: np.ndarray, exec_s: np.ndarray, spec: Speculation):
-    """Each episode's speculative latency (n,) and the reply-seconds its wrong guesses cost (n,)."""
-    n, T = gen.shape
-    start = np.zeros(n)  # when the reply that will be kept starts generating
-    last_end = np.zeros(n)  # when the latest command's real output arrived
-    recent = np.zeros((n, spec.depth))  # ends of the last `depth` commands, oldest first
-    end, waste = np.zeros(n), np.zeros(n)
-    for i in range(T):
-        valid, command = w.valid[:, i], w.command[:, i]
-        ready = start + gen[:, i]
-        exec_end = np.maximum(ready, last_end) + exec_s[:, i]
-        # A reply resting on `depth` guesses waits for the oldest of them to be verified.
-        guess_ready = np.maximum(ready, recent[:, 0]) + spec.predict[:, i]
-        arrived = command & spec.attempt[:, i] & (guess_ready < exec_end)
-        kept = arrived & spec.hit[:, i]
-        next_gen = gen[:, i + 1] if i + 1 < T else np.zeros(n)
-        wrong = np.where(kept, spec.breadth - 1, spec.breadth) * arrived
-        waste += wrong * np.minimum(next_gen, exec_end - guess_ready)
-        end = np.where(valid, np.where(command, exec_end, np.maximum(ready, last_end)), end)
-        start = np.where(command, np.where(kept, guess_ready, exec_end), ready)
-        last_end = np.where(command, exec_end, last_end)
-        shifted = np.column_stack([recent[:, 1:], exec_end])
-        recent = np.where(command[:, None], shifted, recent)
-    return end, waste
-
-
-def sequential_total(w: Workload, exec_s: np.ndarray, load: int, contention: float) -> float:
-    """Sum of sequential latencies, the other L-1 episodes slowing every reply."""
-    g, e = float(w.gen.sum()), float(exec_s.sum())
-    slowdown = 1 + contention * (load - 1) * g / (g + e) if g + e > 0 else 1.0
-    return g * slowdown + e
-
-
-def speculative_total(
-    w: Workload, exec_s: np.ndarray, spec: Speculation, load: int, contention: float
-) -> tuple[float, float]:
-    """Sum of speculative latencies and the slowdown (one fixed-point step from none)."""
-    end, waste = run_turns(w, w.gen, exec_s, spec)
-    total, wasted = float(end.sum()), float(waste.sum())
-    if total <= 0:
-        return 0.0, 1.0
-    busy, own = (float(w.gen.sum()) + wasted) / total, wasted / total
-    slowdown = 1 + contention * ((load - 1) * busy + own)
-    if slowdown > 1:
-        end, _ = run_turns(w, w.gen * slowdown, exec_s, spec)
-    return float(end.sum()), slowdown
-
-
-def evaluate(w: Workload, spec: Speculation, scale: float, load: int, c: float, delay: float):
-    """latency_reduction, its oracle ceiling, the fraction and the slowdown at one point."""
-    exec_s = w.exec * scale
-    seq = sequential_total(w, exec_s, load, c) or 1.0  # an episode of no time saves none
-    total, slowdown = speculative_total(w, exec_s, spec, load, c)
-    every = np.ones_like(w.command)
-    perfect = Speculation(spec.depth, 1, every, every, np.full(w.gen.shape, delay))
-    lr, olr = 1 - total / seq, 1 - speculative_total(w, exec_s, perfect, load, c)[0] / seq
-    return {
-        "latency_reduction": round(lr, 4),
-        "oracle_latency_reduction": round(olr, 4),
-        "oracle_fraction": round(lr / olr, 4) if olr > 0 else None,
-        "slowdown": round(slowdown, 4),
-    }
-
-
 # --- validation ---------------------------------------------------------------------------
-def validate(cal: Calibration, *, episodes: int = 400, seed: int = 0, contention: float = 0.02):
-    """The profiled workload simulated with its own rates and settings, against the measurement."""
+def validate(
+    cal: Calibration,
+    *,
+    episodes: int = 400,
+    seed: int = 0,
+    contention: float = 0.02,
+    load: int = 1,
+    measured: Calibration | None = None,
+):
+    """The profiled workload simulated with its own rates and settings at `load` episodes at
+    once, against the measurement (that of `measured`, another level of the same profile,
+    when given; else cal's own)."""
     if cal.hit_rate is None:
         return {"note": "the calibration run has no speculation records: nothing to validate"}
     w = workload(cal, episodes, seed)
     attempt = w.command & (w.u_attempt < w.attempt_rate)
     spec = Speculation(cal.depth, cal.breadth, attempt, w.u_hit < w.kept_rate, w.predict)
-    point = evaluate(w, spec, 1.0, 1, contention, cal.oracle_delay_s)
+    point = evaluate(w, spec, 1.0, load, contention, cal.oracle_delay_s)
     lr, olr, m = point["latency_reduction"], point["oracle_latency_reduction"], cal.measured
+    if measured is not None:
+        m = measured.measured
     m_lr, m_olr = m and m.latency_reduction, m and m.oracle_latency_reduction
     return {
         "predicted_latency_reduction": lr,
         "measured_latency_reduction": m_lr,
-        "simulation_error": None if m_lr is None else round(abs(lr - m_lr), 4),
+        "simulation_error": simulation_error(lr, m_lr),
         "measured_latency_reduction_ci95": m and m.latency_reduction_ci95,
         "predicted_oracle_latency_reduction": olr,
         "measured_oracle_latency_reduction": m_olr,
-        "oracle_simulation_error": None if m_olr is None else round(abs(olr - m_olr), 4),
+        "oracle_simulation_error": simulation_error(olr, m_olr),
         "measured_oracle_latency_reduction_ci95": m and m.oracle_latency_reduction_ci95,
         "predicted_oracle_fraction": point["oracle_fraction"],
         "measured_oracle_fraction": m and m.oracle_fraction,
-        "replay": {
+        "replay": {}
+        if measured is not None
+        else {
             arm: replay(eps, cal.depth, cal.breadth, cal.gen_s.mean)
             for arm, eps in cal.replays.items()
         },
     }
+
+
+def simulation_error(predicted: float | None, measured: float | None) -> float | None:
+    """|predicted - measured| latency reduction, as a fraction (0.01 is one point)."""
+    if predicted is None or measured is None:
+        return None
+    return round(abs(predicted - measured), 4)
+
+
+def validate_levels(levels: dict[int, Calibration], *, episodes: int, seed: int, contention: float):
+    """Per concurrency level of a profile: the level simulated on its own measured seconds
+    (load 1: its replies already carry the sharing), and, when concurrency 1 was measured,
+    the idle level simulated at load N with `contention` (the simulator's load model)."""
+    idle = levels.get(1)
+    out = {}
+    for level, cal in sorted(levels.items()):
+        own = validate(cal, episodes=episodes, seed=seed, contention=contention)
+        if idle is not None and level != 1 and "note" not in own:
+            from_idle = validate(
+                idle, episodes=episodes, seed=seed, contention=contention, load=level, measured=cal
+            )
+            own["from_concurrency_1"] = {
+                key: from_idle[key] for key in ("predicted_latency_reduction", "simulation_error")
+            } | {"contention": contention}
+        out[str(level)] = own
+    return out
 
 
 def replay(episodes: list[EpisodeTimes], depth: int, breadth: int, seq_gen_mean: float) -> dict:
@@ -361,9 +328,15 @@ def simulate_report(
     grid = grid or Grid()
     cal = calibrate(run_dir)
     points = sweep(cal, grid, seed=seed)
+    validation = validate(cal, episodes=grid.episodes, seed=seed, contention=grid.contention)
+    levels = calibrate_levels(run_dir)
+    if levels:
+        validation["by_concurrency"] = validate_levels(
+            levels, episodes=grid.episodes, seed=seed, contention=grid.contention
+        )
     report = {
         "calibration": cal.summary(),
-        "validation": validate(cal, episodes=grid.episodes, seed=seed, contention=grid.contention),
+        "validation": validation,
         "grid_axes": grid.model_dump(mode="json"),
         "grid": points,
         "summary": summarise(points, cal, grid, seed=seed),

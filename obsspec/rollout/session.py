@@ -177,24 +177,37 @@ class RolloutSession:
         return Policy(settings.policy, builder, engine, fmt)
 
     async def _open_speculation(self, policy: Policy) -> SpeculativeLoop | None:
-        """The cascade (cache, rules, world model) and the loop; None with speculation off."""
+        """The world model's engine (unless given) and the loop; None with speculation off."""
+        spec = self.settings.speculation
+        if not spec.enabled:
+            return None
+        if spec.world_model and self._wm_engine is None:
+            wm_dir = resolve_model(spec.world_model, self.models_dir)
+            self._wm_engine = await self._stack.enter_async_context(
+                open_world_model_engine(self.settings, wm_dir, seed=self.seed)
+            )
+        return self._speculative_loop(policy)
+
+    def _speculative_loop(self, policy: Policy) -> SpeculativeLoop:
+        """A loop with a new cascade (cache, rules, the world model on its engine) and gate."""
         from world_model.cascade import default_cascade
         from world_model.lm import LMPredictor
         from world_model.prompt import WorldModelPrompt
 
         spec = self.settings.speculation
-        if not spec.enabled:
-            return None
         lm = None
         if spec.world_model:
-            if self._wm_engine is None:
-                wm_dir = resolve_model(spec.world_model, self.models_dir)
-                self._wm_engine = await self._stack.enter_async_context(
-                    open_world_model_engine(self.settings, wm_dir, seed=self.seed)
-                )
             prompt = WorldModelPrompt(policy.builder)
             lm = LMPredictor(self._wm_engine, prompt, max_tokens=self.settings.wm_answer_tokens)
         return SpeculativeLoop(default_cascade(lm, spec.threshold), settings=spec)
+
+    def reset_speculation(self) -> None:
+        """Replace the speculative loop with a new one on the same engines: its cache and
+        gate know nothing of the episodes played so far (profile starts each concurrency
+        level so, or a level would be answered from the cache of another's episodes)."""
+        if self.loop is None:
+            raise ConfigError("this session does not speculate: nothing to reset")
+        self.loop = self._speculative_loop(self._opened_policy())
 
     def can_play(self, task_id: str) -> bool:
         """The task is known and its image built."""

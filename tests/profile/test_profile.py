@@ -10,7 +10,7 @@ from obsspec.errors import ConfigError, ObsspecError
 from obsspec.inference.scripted import PacedEngine
 from obsspec.profile.browser import render_in_browser
 from obsspec.profile.config import ProfileConfig
-from obsspec.profile.run import profile
+from obsspec.profile.run import ArmDone, profile
 from obsspec.runs import read_rows
 from tests.cli.test_cli import obsspec
 from tests.rollout.test_collect import greeting_tasks
@@ -97,6 +97,61 @@ async def test_three_arms_on_the_same_episodes(
     assert (await profile(again, settings.paths.models_dir, engine=engine))["episodes"] == 1
 
 
+@pytest.mark.vllm
+async def test_two_concurrency_levels_play_the_same_episodes_and_the_second_at_once(
+    tmp_path, settings, base_image, tiny_engine, tiny_model_dir
+):
+    from obsspec.profile.calibrate import calibrate_levels
+    from obsspec.profile.simulate import Grid, simulate_report
+
+    config = ProfileConfig.model_validate(
+        {
+            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a", "greet-b"])),
+            "policy": str(tiny_model_dir),
+            "concurrency": [1, 2],
+            "out": tmp_path / "profile",
+            "limits": {"max_turns": 3, "max_tokens": 64, "temperature": 0.5},
+            "speculation": {"gate": {"mode": "always"}},
+        }
+    )
+    events = []
+    engine = paced(tiny_engine, tiny_model_dir)
+    report = await profile(config, settings.paths.models_dir, events.append, engine=engine)
+
+    assert report["concurrency"] == 1 and list(report["by_concurrency"]) == ["1", "2"]
+    one, two = report["by_concurrency"]["1"], report["by_concurrency"]["2"]
+    assert report["latency_reduction"] == one["latency_reduction"]
+    assert one["episodes"] == two["episodes"] == 2 and report["lost_episodes"] == []
+    assert one["lossless_violations"] == two["lossless_violations"] == 0
+    assert all(key in two for key in KEYS)
+    # Level 1 plays one episode at a time; level 2 both episodes of an arm at once, arm
+    # after arm (the oracle replays each sequential episode, so it waits for the wave's).
+    assert one["episodes_at_once"] == {"seq": 1, "spec": 1, "oracle": 1}
+    assert two["episodes_at_once"] == {"seq": 2, "spec": 2, "oracle": 2}
+    arms_played = [e.arm for e in events if isinstance(e, ArmDone) and e.concurrency == 2]
+    assert arms_played == ["seq", "seq", "spec", "spec", "oracle", "oracle"]
+    # The same episodes at both levels: level 1 where a one-level profile puts them.
+    for arm in ("seq", "spec", "oracle"):
+        first = read_rows(config.out / "arms" / arm)
+        second = read_rows(config.out / two["arms_dir"] / arm)
+        assert two["arms_dir"] == "arms/c2"
+        keys = {(r["task_id"], r["episode_index"], r["seed"]) for r in first}
+        assert keys == {(r["task_id"], r["episode_index"], r["seed"]) for r in second}
+        assert len(keys) == 2
+    assert "by_concurrency" in report["files"]["plots"]
+    assert "By concurrency" in (config.out / "report.html").read_text()
+    # The simulator is calibrated on, and checked against, each measured level (a level
+    # whose every guess came after its command has no hit rate: its validation says so).
+    levels = calibrate_levels(config.out)
+    assert levels[2].concurrency == 2 and len(levels[2].episodes) == 2
+    assert levels[2].measured.latency_reduction == pytest.approx(two["latency_reduction"], abs=1e-3)
+    grid = Grid(depth=[1], breadth=[1], hit_rate=[1.0], tool_time_scale=[1], load=[1, 2])
+    validation = simulate_report(config.out, grid)["validation"]
+    assert set(validation["by_concurrency"]) == {"1", "2"}
+    for figures in validation["by_concurrency"].values():
+        assert "note" in figures or figures["simulation_error"] is not None
+
+
 async def test_tasks_that_all_fail_to_build_stop_with_a_clear_error(
     tmp_path, settings, base_image, tiny_model_dir
 ):
@@ -112,6 +167,10 @@ async def test_tasks_that_all_fail_to_build_stop_with_a_clear_error(
 def test_bad_flags_are_named(tmp_path, default_model_dir):
     result = obsspec("profile", "--tasks", str(tmp_path), "--episodes-per-task", "0")
     assert result.returncode != 0 and "--episodes-per-task" in result.stderr
+    for levels, named in (("0", "at least 1"), ("a", "not a whole number"), ("2,2", "twice")):
+        result = obsspec("profile", "--tasks", str(tmp_path), "--concurrency", levels)
+        assert result.returncode != 0 and f"--concurrency '{levels}'" in result.stderr
+        assert named in result.stderr
     tasks = greeting_tasks(tmp_path / "tasks", ["greet-a"])
     keep = tmp_path / "notes"
     keep.mkdir()

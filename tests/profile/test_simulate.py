@@ -17,12 +17,12 @@ from obsspec.profile.calibrate import (
     TimeStats,
     calibrate,
 )
+from obsspec.profile.event_loop import sequential_total
 from obsspec.profile.simulate import (
     Grid,
     Speculation,
     parse_grid,
     run_turns,
-    sequential_total,
     simulate_report,
     sweep,
     sweep_point,
