@@ -36,6 +36,9 @@ class SpeculationRecord:
     overlap_s: float = 0.0  # seconds the kept reply was generated while the command ran
     lossless_violation: bool = False  # a kept reply's context differed from the real one (a bug)
     error: str = ""  # why the predictor failed
+    # The kept reply was still queued (no token yet) when its guess matched: it was aborted and
+    # submitted again at real-work priority (same context and seed: the same reply).
+    resubmitted: bool = False
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """CascadePredictor: ask the cheapest predictors first; the first confident answer wins.
 
-    cascade = CascadePredictor([CachePredictor(), RulePredictor(), lm_predictor])
+    cascade = CascadePredictor([StateCachePredictor(), RulePredictor(), lm_predictor])
 
 Each predictor is asked in order; the first prediction whose confidence reaches `threshold`
 is returned (its `source` says who answered). When none is confident, the most confident
@@ -36,9 +36,11 @@ class CascadePredictor:
 
 
 def default_cascade(last: Predictor | None = None, threshold: float = 0.5) -> CascadePredictor:
-    """Cache, then rules, then `last` (the world model, or recorded answers) when given."""
-    from world_model.cache import CachePredictor
+    """The state cache, then rules, then `last` (the world model, or recorded answers) when
+    given. The exact-context cache (world_model.cache) is not in it: the same context means
+    the same commands so far, so every exact-context hit is also a state-cache hit."""
     from world_model.rules import RulePredictor
+    from world_model.state_cache import StateCachePredictor
 
-    predictors: list[Predictor] = [CachePredictor(), RulePredictor()]
+    predictors: list[Predictor] = [StateCachePredictor(), RulePredictor()]
     return CascadePredictor([*predictors, last] if last is not None else predictors, threshold)

@@ -45,6 +45,7 @@ SPECULATION = pa.struct(
         ("overlap_s", pa.float64()),
         ("lossless_violation", pa.bool_()),
         ("error", pa.string()),
+        ("resubmitted", pa.bool_()),
     ]
 )
 TURN = pa.struct(

@@ -5,7 +5,11 @@
     predictor.observe(context, command, real_observation)
 
 `context` is the exact token context the policy saw up to and including the action, with the
-task's content hash (a fresh sandbox of the same task starts in the same state). A prediction
+task's content hash (a fresh sandbox of the same task starts in the same state) and the
+commands that will have run in the episode's sandbox before this one (`commands`: the real
+ones, then, for a reply built on guesses, the commands whose outputs were guessed, which run
+first if the branch is kept; None when the sandbox's state is not a function of them, i.e. a
+command before this one timed out and was killed at an unknown point). A prediction
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
 string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
 world model, the cascade, the oracle); the runner depends only on this module.
@@ -22,6 +26,7 @@ from typing import Protocol
 class SpeculationContext:
     task_hash: str
     ids: tuple[int, ...]  # the policy context up to and including the action's tokens
+    commands: tuple[str, ...] | None = None  # run in the sandbox before this one (see above)
     key: str = field(init=False, repr=False, compare=False)  # a digest of both, for lookups
 
     def __post_init__(self) -> None:

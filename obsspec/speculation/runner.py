@@ -18,8 +18,9 @@ priority k + 1, so real work is scheduled first. A reply that does not parse get
 the fixed corrective observation; it is certain, so it does not add a level.
 
 When the real output arrives, the child whose guess equals it exactly (canonical text) is
-kept: its reply, finished or still generating, is the next turn, and its subtree moves up a
-level, which lets deeper guesses start. Every other child is cancelled with its subtree (the
+kept: its reply, finished or still generating, is the next turn (resubmitted at priority 0 if
+still queued, `keep_priority`), and its subtree moves up a level, which lets deeper guesses
+start. Every other child is cancelled with its subtree (the
 engine aborts the requests). With no match, a fresh reply starts on the real context. Every
 kept reply was therefore generated on exactly the context, and with the same seed, that the
 sequential loop would have used: lossless. The driver (`SpeculativeEpisode.run`) reads like
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 
 from environments.sandbox_protocol import Sandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
@@ -46,18 +47,19 @@ from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, parse_action
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
 from obsspec.speculation.gate import Ask, Gate
-from obsspec.speculation.node import Node, copy_context, distinct_guesses
+from obsspec.speculation.node import (
+    History,
+    Match,
+    Node,
+    copy_context,
+    describe,
+    distinct_guesses,
+    exact_match,
+    history_after,
+)
 from obsspec.speculation.predictor import Predictor, SpeculationContext
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
-
-Match = Callable[[str, str], bool]
-
-
-def exact_match(guess: str, real: str) -> bool:
-    """Canonical text equality. Guesses are canonicalised before use, and equal texts tokenise
-    to equal ids, so a match means the kept reply's context is the real one token for token."""
-    return guess == real
 
 
 class SpeculativeLoop:
@@ -209,7 +211,11 @@ class SpeculativeEpisode:
                 self.drop(child, record)
         node.children = []
         if kept is None:
-            return self.spawn(node.index + 1, copy_context(context), level=0, guess=None)
+            ran = turn.command if turn.action == "command" else None  # invalid: nothing ran
+            commands = history_after(node.commands, ran, turn.observation)
+            return self.spawn(
+                node.index + 1, copy_context(context), level=0, guess=None, commands=commands
+            )
         if not kept.certain:
             record.source = kept.source
             start = max(kept.started, node.exec_started or kept.started)
@@ -219,24 +225,49 @@ class SpeculativeEpisode:
             descendant.level -= shift
         for descendant in kept.subtree():
             self.maybe_predict(descendant)
+        self.keep_priority(kept, record)
         return kept
 
+    def keep_priority(self, node: Node, record: SpeculationRecord) -> None:
+        """A promoted reply is real work, but vLLM cannot change a request's priority. One still
+        queued (no token yet) is aborted and submitted again at priority 0: same context, seed
+        and sampling, so the same reply, and nothing generated is lost. One already generating
+        is kept: vLLM's priority scheduler orders the requests waiting for a slot, and a running
+        one is not behind them (it is preempted, largest priority value first, only when KV
+        memory runs out)."""
+        task = node.generation
+        if task is None or task.done() or node.priority == 0 or node.progress.tokens > 0:
+            return
+        task.cancel()  # aborts the queued request
+        self.start_generation(node, restart_clock=False)
+        record.resubmitted = True
+
     # --- growing the tree ------------------------------------------------------------------
-    def spawn(self, index: int, context: TokenContext, *, level: int, guess: str | None) -> Node:
-        node = Node(index, context, level, guess)
+    def spawn(
+        self,
+        index: int,
+        context: TokenContext,
+        *,
+        level: int,
+        guess: str | None,
+        commands: History = (),
+    ) -> Node:
+        node = Node(index, context, level, guess, commands)
         self.start_generation(node)
         return node
 
-    def start_generation(self, node: Node) -> None:
+    def start_generation(self, node: Node, *, restart_clock: bool = True) -> None:
         sampling = turn_sampling(self.limits, self.trajectory.seed, node.index)
-        node.progress = GenerationProgress()
-        node.started = time.monotonic()  # again when regenerated
-        node.generation = self.start(
+        node.progress, node.priority = GenerationProgress(), node.level
+        if restart_clock:  # regenerated; a resubmitted reply was begun when first asked
+            node.started = time.monotonic()
+        node.generation = task = self.start(
             self.engine.generate(
                 node.context.ids, sampling, priority=node.level, progress=node.progress
             )
         )
-        node.generation.add_done_callback(lambda _: self.on_reply(node))
+        # Only the node's current request counts (a resubmitted one's old task is cancelled).
+        task.add_done_callback(lambda _: self.on_reply(node) if task is node.generation else None)
 
     def on_reply(self, node: Node) -> None:
         gen = node.reply()
@@ -249,7 +280,11 @@ class SpeculativeEpisode:
         if node.action.kind == "invalid":
             corrective = CORRECTIVE_OBSERVATIONS[self.limits.action_format]
             child = self.spawn(
-                node.index + 1, self.child_context(node, corrective), level=node.level, guess=None
+                node.index + 1,
+                self.child_context(node, corrective),
+                level=node.level,
+                guess=None,
+                commands=node.commands,  # an invalid reply runs nothing
             )
             child.certain = True
             node.children.append(child)
@@ -294,7 +329,11 @@ class SpeculativeEpisode:
             if node.closed or not self.gate.should_branch(self.ask(node), prediction):
                 continue
             child = self.spawn(
-                node.index + 1, self.child_context(node, text), level=node.level + 1, guess=text
+                node.index + 1,
+                self.child_context(node, text),
+                level=node.level + 1,
+                guess=text,
+                commands=history_after(node.commands, command, text),
             )
             child.source, child.parent_record = prediction.source, record
             node.children.append(child)
@@ -342,7 +381,9 @@ class SpeculativeEpisode:
     def speculation_context(self, node: Node) -> SpeculationContext:
         gen = node.reply()
         assert gen is not None
-        return SpeculationContext(self.trajectory.task_hash, (*node.context.ids, *gen.token_ids))
+        return SpeculationContext(
+            self.trajectory.task_hash, (*node.context.ids, *gen.token_ids), node.commands
+        )
 
     def ask(self, node: Node) -> Ask:
         stats = self.engine.stats()
@@ -357,9 +398,3 @@ class SpeculativeEpisode:
         broken matcher or predictor would show up here and in the tests)."""
         if node.parent_record is not None and node.context.ids != context.ids:
             node.parent_record.lossless_violation = True
-
-
-def describe(error: Exception, timeout_s: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"no prediction within {timeout_s:g} s"
-    return f"{type(error).__name__}: {error}"[:300]

@@ -43,6 +43,7 @@ class SpeculationTotals:
     predict_s: float = 0.0  # summed over turns with a prediction
     exec_s: float = 0.0  # summed over command turns
     lossless_violations: int = 0
+    resubmitted: int = 0  # kept replies resubmitted at priority 0 (still queued when promoted)
 
     def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
         """One command turn and its record (None: the turn ran sequentially)."""
@@ -71,6 +72,7 @@ class SpeculationTotals:
         self.overlap_s += r.get("overlap_s") or 0.0
         self.lossless_violations += bool(r.get("lossless_violation"))
         self.predict_s += predict_s
+        self.resubmitted += bool(r.get("resubmitted"))
 
     @classmethod
     def of_turns(cls, turns: Iterable[Turn]) -> SpeculationTotals:
