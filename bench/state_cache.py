@@ -4,7 +4,8 @@ exact-context cache it replaces.
 Prints one JSON object: per way of running the group (`together`: the episodes at once, as in
 an RL step; `one_after_another`), per predictor cascade (`context_cache`: the exact-context
 cache then rules, the old default; `state_cache`: the state cache then rules, the new
-default; `both`: the state cache, then the exact-context cache, then rules, so the context
+default; `state_cache_no_wait`: the same without waiting for a sibling's running command;
+`both`: the state cache, then the exact-context cache, then rules, so the context
 cache's hits there are those the state cache missed), for the group and for the next group
 of the same task on the same predictor (a later RL step):
 
@@ -109,6 +110,9 @@ def cascades() -> dict:
     return {
         "context_cache": lambda: CascadePredictor([CachePredictor(), RulePredictor()]),
         "state_cache": default_cascade,
+        "state_cache_no_wait": lambda: CascadePredictor(
+            [StateCachePredictor(wait_s=0), RulePredictor()]
+        ),
         "both": lambda: CascadePredictor(
             [StateCachePredictor(), CachePredictor(), RulePredictor()]
         ),

@@ -4,10 +4,13 @@
 
 Each predictor is asked in order; the first prediction whose confidence reaches `threshold`
 is returned (its `source` says who answered). When none is confident, the most confident
-answer seen is returned, or nothing. Real observations are passed to every predictor.
+answer seen is returned, or nothing. Real observations are passed to every predictor, and so
+is the news that a command began (the optional `running` hook, for those that have it).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from obsspec.speculation.predictor import Prediction, Predictor, SpeculationContext
 
@@ -33,6 +36,16 @@ class CascadePredictor:
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         for predictor in self.predictors:
             predictor.observe(context, command, observation)
+
+    def running(self, context: SpeculationContext, command: str) -> Callable[[], None]:
+        hooks = [getattr(p, "running", None) for p in self.predictors]
+        ends = [hook(context, command) for hook in hooks if hook is not None]
+
+        def end() -> None:
+            for each in ends:
+                each()
+
+        return end
 
 
 def default_cascade(last: Predictor | None = None, threshold: float = 0.5) -> CascadePredictor:

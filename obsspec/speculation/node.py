@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from obsspec.agent.context import TokenContext
 from obsspec.agent.protocol import Action
 from obsspec.inference.base import Generation, GenerationProgress
-from obsspec.speculation.predictor import Prediction
+from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.trajectory import SpeculationRecord
 from obsspec.types import clean_text, says_timed_out
 
@@ -65,6 +65,12 @@ class Node:
         if task is None or not task.done() or task.cancelled() or task.exception() is not None:
             return None
         return task.result()
+
+    def speculation_context(self, task_hash: str) -> SpeculationContext:
+        """What a predictor is asked with about this (finished) reply's command."""
+        gen = self.reply()
+        assert gen is not None
+        return SpeculationContext(task_hash, (*self.context.ids, *gen.token_ids), self.commands)
 
     def tokens_so_far(self) -> int:
         reply = self.reply()

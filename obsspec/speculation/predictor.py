@@ -12,12 +12,15 @@ first if the branch is kept; None when the sandbox's state is not a function of 
 command before this one timed out and was killed at an unknown point). A prediction
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
 string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
-world model, the cascade, the oracle); the runner depends only on this module.
+world model, the cascade, the oracle); the runner depends only on this module. An optional
+hook, `running` (see `running` below), tells a predictor that a command has begun for real.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,3 +57,18 @@ class Predictor(Protocol):
     def observe(self, context: SpeculationContext, command: str, observation: str) -> None:
         """The real observation of a command (predictors that learn online keep it)."""
         ...
+
+
+@contextlib.contextmanager
+def running(predictor: Predictor, context: SpeculationContext, command: str) -> Iterator[None]:
+    """Around a command's real execution (and its `observe`). A predictor may have an optional
+    hook `running(context, command) -> end`: it learns that the output is on its way (the state
+    cache lets siblings asking about the same state wait for it), and `end()` is called when the
+    execution is over, observed or not (the sandbox failed, the episode was cancelled)."""
+    hook = getattr(predictor, "running", None)
+    end = hook(context, command) if hook is not None else None
+    try:
+        yield
+    finally:
+        if end is not None:
+            end()

@@ -57,7 +57,7 @@ from obsspec.speculation.node import (
     exact_match,
     history_after,
 )
-from obsspec.speculation.predictor import Predictor, SpeculationContext
+from obsspec.speculation.predictor import Predictor, running
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
 
@@ -180,10 +180,12 @@ class SpeculativeEpisode:
         turn.speculation = node.record
         node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
-        result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
-        record_result(turn, result, self.limits)
-        self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
-        self.loop.predictor.observe(self.speculation_context(node), command, turn.observation)
+        context = node.speculation_context(self.trajectory.task_hash)
+        with running(self.loop.predictor, context, command):  # others may wait for its output
+            result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
+            record_result(turn, result, self.limits)
+            self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
+            self.loop.predictor.observe(context, command, turn.observation)
 
     def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:
         """The real observation is in: keep the child that guessed it, drop the rest."""
@@ -312,7 +314,9 @@ class SpeculativeEpisode:
         try:
             async with asyncio.timeout(self.settings.predict_timeout_s):
                 predictions = await self.loop.predictor.predict(
-                    self.speculation_context(node), command, self.settings.breadth
+                    node.speculation_context(self.trajectory.task_hash),
+                    command,
+                    self.settings.breadth,
                 )
         except Exception as e:  # a predictor failure costs the speculation, never the episode
             record.failed = True
@@ -377,13 +381,6 @@ class SpeculativeEpisode:
         context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
         context.extend(observation_ids(self.builder, gen.token_ids, observation), generated=False)
         return context
-
-    def speculation_context(self, node: Node) -> SpeculationContext:
-        gen = node.reply()
-        assert gen is not None
-        return SpeculationContext(
-            self.trajectory.task_hash, (*node.context.ids, *gen.token_ids), node.commands
-        )
 
     def ask(self, node: Node) -> Ask:
         stats = self.engine.stats()

@@ -3,6 +3,8 @@ that run the same commands with different replies shares answers through the sta
 
 from __future__ import annotations
 
+import asyncio
+
 from environments.fake_sandbox import FakeSandbox
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.agent.protocol import Action, ActionFormat, format_action
@@ -16,6 +18,7 @@ from obsspec.types import ExecResult, render_observation
 from tests.speculation.fakes import new_episode
 from world_model.cache import CachePredictor
 from world_model.cascade import CascadePredictor, default_cascade
+from world_model.state_cache import StateCachePredictor
 
 TIMEOUT_S = 0.05
 OUTPUTS = {
@@ -29,9 +32,12 @@ SETTINGS = SpeculationSettings(depth=2, gate=GateSettings(mode=GateMode.always))
 LIMITS = EpisodeLimits(max_turns=10, max_tokens=64, command_timeout_s=TIMEOUT_S)
 
 
-def scripted_policy(tokenizer, script: list[str | None], salt: int = 0) -> ScriptedEngine:
+def scripted_policy(
+    tokenizer, script: list[str | None], salt: int = 0, seconds_per_token: float = 0.001
+) -> ScriptedEngine:
     """Reply k runs script[k] (None: prose, an invalid action; past the end: done), whatever
-    the observations said; `salt` changes the text around the command, never the command."""
+    the observations said; `salt` changes the text around the command (and its length, so
+    siblings played together are staggered), never the command."""
 
     def reply(context: str) -> str:
         k = context.count("<|im_start|>assistant") - 1  # replies already in the context
@@ -40,13 +46,13 @@ def scripted_policy(tokenizer, script: list[str | None], salt: int = 0) -> Scrip
         if script[k] is None:
             return f"Episode {salt} is thinking about step {k}."
         command = format_action(Action("command", script[k]), ActionFormat.markdown)
-        return f"Sibling {salt}, step {k}: let me look.\n{command}"
+        return f"Sibling {salt}, step {k}: let me look.{' Hmm.' * 5 * salt}\n{command}"
 
-    return ScriptedEngine(tokenizer, reply, seconds_per_token=0.001)
+    return ScriptedEngine(tokenizer, reply, seconds_per_token=seconds_per_token)
 
 
-def sandbox() -> FakeSandbox:
-    return FakeSandbox(OUTPUTS, exec_s=lambda command, n: 0.2 if command == SLOW else 0.03)
+def sandbox(exec_s: float = 0.03) -> FakeSandbox:
+    return FakeSandbox(OUTPUTS, exec_s=lambda command, n: 0.2 if command == SLOW else exec_s)
 
 
 def truth(command: str) -> str:
@@ -134,3 +140,33 @@ async def test_siblings_share_answers_through_the_state_cache_not_the_context_ca
     assert sources == {"state"}
     context_cache = await run_group(builder, CascadePredictor([CachePredictor()]), set())
     assert sum(t.matched for t in context_cache) == 0  # their replies, so contexts, differ
+
+
+async def play_together(builder, predictor, size: int = 4) -> list[SpeculationTotals]:
+    """A GRPO group played at once (an RL step), each command slower than the stagger; depth
+    1, so each reply asks about its command once it is real work."""
+    settings = SETTINGS.model_copy(update={"depth": 1})
+    loop = SpeculativeLoop(predictor, settings=settings)
+    limits = LIMITS.model_copy(update={"command_timeout_s": 5})
+    script = ["ls", "cat notes.txt", "make", "ls -a"]
+
+    async def one(salt: int) -> SpeculationTotals:
+        trajectory, context = new_episode(builder, salt)
+        # replies of about 0.1 s, 0.05 s longer per sibling; commands of 0.3 s
+        engine = scripted_policy(builder.tokenizer, script, salt=salt, seconds_per_token=0.005)
+        await play(trajectory, context, sandbox(exec_s=0.3), engine, builder, limits, loop)
+        assert trajectory.finish_reason == "done"
+        return SpeculationTotals.of_turns(trajectory.turns)
+
+    return list(await asyncio.gather(*(one(salt) for salt in range(size))))
+
+
+async def test_siblings_played_together_wait_for_the_sibling_running_the_command(builder):
+    waiting = await play_together(builder, StateCachePredictor(wait_s=5))
+    # sibling 0 runs each command first; the others get its output before their own ends
+    assert [t.matched for t in waiting] == [0, 4, 4, 4]
+    assert sum(t.exec_won for t in waiting) == 0
+    not_waiting = await play_together(builder, StateCachePredictor(wait_s=0))
+    # without waiting, a sibling asking while another runs the command gets nothing (later
+    # turns hit once the lag, growing by sibling, exceeds a command's time)
+    assert sum(t.matched for t in not_waiting) < 12

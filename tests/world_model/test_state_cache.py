@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from obsspec.speculation.predictor import SpeculationContext
 from world_model.cascade import default_cascade
 from world_model.state_cache import StateCachePredictor, state_key
@@ -92,3 +94,33 @@ def test_dataset_turns_carry_their_history_until_a_timeout():
     records = list(turn_records({"prompt_ids": [1], "task_hash": "h", "turns": turns}))
     assert [r.context.commands for r in records] == [(), ("cd /app",), None]
     assert records[1].context.ids == (1, 7, 8, 7, 8, 7)
+
+
+async def test_a_sibling_waits_for_the_output_of_the_same_state_being_run():
+    cache = StateCachePredictor(wait_s=5)
+    owner, sibling = ctx(ids=(1,)), ctx(ids=(2,))
+    end = cache.running(owner, "make")
+    assert await cache.predict(owner, "make") == []  # never waits for its own command
+    waiting = asyncio.create_task(cache.predict(sibling, "make"))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    cache.observe(owner, "make", "built\n[exit code: 0]")
+    end()
+    [hit] = await waiting
+    assert hit.text == "built\n[exit code: 0]" and hit.latency_s >= 0.01
+    assert cache.running(owner, "make")() is None  # answered already: nothing to wait for
+
+
+async def test_waiting_ends_with_nothing_when_the_command_gives_no_output_or_takes_too_long():
+    cache = StateCachePredictor(wait_s=5)
+    end = cache.running(ctx(ids=(1,)), "make")
+    waiting = asyncio.create_task(cache.predict(ctx(ids=(2,)), "make"))
+    await asyncio.sleep(0.01)
+    end()  # the sandbox failed under it
+    assert await waiting == []
+    impatient = StateCachePredictor(wait_s=0.05)
+    impatient.running(ctx(ids=(1,)), "make")
+    assert await impatient.predict(ctx(ids=(2,)), "make") == []
+    never = StateCachePredictor(wait_s=0)
+    never.running(ctx(ids=(1,)), "make")
+    assert await asyncio.wait_for(never.predict(ctx(ids=(2,)), "make"), 0.01) == []
