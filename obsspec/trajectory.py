@@ -21,7 +21,7 @@ class SpeculationRecord:
     Counts, not ratios: pooled rates are sums of these over turns and episodes."""
 
     attempted: bool = False  # the predictor was asked about this command's output
-    source: str = ""  # which predictor answered: cache, rules, lm, oracle
+    source: str = ""  # which predictor answered: state, cache, rules, lm, oracle
     predictions: int = 0  # distinct predictions it returned (at most the breadth)
     matched: bool = False  # a prediction equalled the real observation exactly
     exec_won: bool = False  # the real command finished before any prediction arrived

@@ -14,7 +14,7 @@ Opening it reads top to bottom:
     NoRunnableTask, raised before any engine starts
     the policy: its tokenizer, and its engine (OpenAI-compatible server or vLLM here), or
     the oracle, which replays each task's reference solution
-    with speculation on: the predictor cascade (cache, rules, and the world model on its
+    with speculation on: the predictor cascade (state cache, rules, and the world model on its
     own engine when one is named) and the speculative loop every episode shares
     the per-task sandbox pools
 
@@ -177,7 +177,7 @@ class RolloutSession:
         return Policy(settings.policy, builder, engine, fmt)
 
     async def _open_speculation(self, policy: Policy) -> SpeculativeLoop | None:
-        """The cascade (cache, rules, world model) and the loop; None with speculation off."""
+        """The cascade (state cache, rules, world model) and the loop; None with speculation off."""
         from world_model.cascade import default_cascade
         from world_model.lm import LMPredictor
         from world_model.prompt import WorldModelPrompt

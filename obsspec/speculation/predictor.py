@@ -11,8 +11,9 @@ ones, then, for a reply built on guesses, the commands whose outputs were guesse
 first if the branch is kept; None when the sandbox's state is not a function of them, i.e. a
 command before this one timed out and was killed at an unknown point). A prediction
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
-string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
-world model, the cascade, the oracle); the runner depends only on this module. An optional
+string equality with the real one. Implementations live in `world_model` (the state cache,
+the context cache, rules, the LM world model, the cascade, the oracle); the runner depends
+only on this module. An optional
 hook, `running` (see `running` below), tells a predictor that a command has begun for real.
 """
 
