@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 
 import pytest
@@ -33,12 +34,15 @@ pytestmark = pytest.mark.vllm
 @contextlib.asynccontextmanager
 async def real_turns_of_other_episodes(engine, prompt: list[int], n: int = 24):
     """`n` episodes' real turns (long prompts: more prefill than one engine step takes), back
-    to back at priority 0, so that requests are always waiting."""
+    to back at priority 0, so that requests are always waiting. Each prompt is new (its first
+    tokens differ), so no prefix cached by an earlier one makes its prefill cheap."""
     long_prompt = (prompt * 100)[:900]
+    count = itertools.count()
 
     async def turns(i: int) -> None:
         while True:
-            await engine.generate([i, *long_prompt], Sampling(max_tokens=8), priority=0)
+            unique = [i, *divmod(next(count), 1000)]
+            await engine.generate([*unique, *long_prompt], Sampling(max_tokens=8), priority=0)
 
     tasks = [asyncio.create_task(turns(i)) for i in range(n)]
     await asyncio.sleep(0.5)  # the queue fills
