@@ -21,7 +21,7 @@ class SpeculationRecord:
     Counts, not ratios: pooled rates are sums of these over turns and episodes."""
 
     attempted: bool = False  # the predictor was asked about this command's output
-    source: str = ""  # which predictor answered: cache, rules, lm, oracle
+    source: str = ""  # which predictor answered: state, cache, rules, lm, oracle
     predictions: int = 0  # distinct predictions it returned (at most the breadth)
     matched: bool = False  # a prediction equalled the real observation exactly
     exec_won: bool = False  # the real command finished before any prediction arrived
@@ -42,6 +42,9 @@ class SpeculationRecord:
     wm_guesses: int = 0  # its distinct guesses (at most the breadth)
     wm_matched: bool = False  # its first guess (the greedy one) equalled the real observation
     wm_matched_any: bool = False  # any of its guesses did
+    # The kept reply was still queued (no token yet) when its guess matched: it was aborted and
+    # submitted again at real-work priority (same context and seed: the same reply).
+    resubmitted: bool = False
 
 
 @dataclass

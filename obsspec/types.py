@@ -76,6 +76,12 @@ def longest_observation_chars(max_chars: int) -> int:
     return max_chars + len(TRUNCATION_MARKER) + 1 + len(status_line(widest))
 
 
+def says_timed_out(observation: str) -> bool:
+    """Whether a canonical observation (real or guessed) ends with the timed-out status line:
+    the status line is always the last, so printed text cannot pass for it."""
+    return observation.rpartition("\n")[2].startswith("[command timed out")
+
+
 def render_observation(result: ExecResult, max_chars: int = DEFAULT_MAX_CHARS) -> str:
     """The canonical observation: stdout then stderr (trailing newlines removed), truncated
     in the middle past max_chars, "(no output)" when empty, then the exit-code line."""

@@ -1,1 +1,1 @@
-"""Predictors of command output (cache, rules, the LM world model), and WM training."""
+"""Predictors of command output (state cache, cache, rules, the LM world model), and WM training."""

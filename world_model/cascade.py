@@ -1,10 +1,11 @@
 """CascadePredictor: ask the cheapest predictors first; the first confident answer wins.
 
-    cascade = CascadePredictor([CachePredictor(), RulePredictor(), lm_predictor])
+    cascade = CascadePredictor([StateCachePredictor(), RulePredictor(), lm_predictor])
 
 Each predictor is asked in order; the first prediction whose confidence reaches `threshold`
 is returned (its `source` says who answered). When none is confident, the most confident
-answer seen is returned, or nothing. Real observations are passed to every predictor.
+answer seen is returned, or nothing. Real observations are passed to every predictor, and so
+is the news that a command began (the optional `running` hook, for those that have it).
 
 The answer is an `Answer`: beside the chosen predictions it keeps what each predictor asked
 offered, by source (a predictor's `source` attribute, else its predictions' source), so the
@@ -12,6 +13,8 @@ world model can be scored on its own even when a cheaper predictor's answer was 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from obsspec.speculation.predictor import Answer, Prediction, Predictor, SpeculationContext
 
@@ -42,11 +45,23 @@ class CascadePredictor:
         for predictor in self.predictors:
             predictor.observe(context, command, observation)
 
+    def running(self, context: SpeculationContext, command: str) -> Callable[[], None]:
+        hooks = [getattr(p, "running", None) for p in self.predictors]
+        ends = [hook(context, command) for hook in hooks if hook is not None]
+
+        def end() -> None:
+            for each in ends:
+                each()
+
+        return end
+
 
 def default_cascade(last: Predictor | None = None, threshold: float = 0.5) -> CascadePredictor:
-    """Cache, then rules, then `last` (the world model, or recorded answers) when given."""
-    from world_model.cache import CachePredictor
+    """The state cache, then rules, then `last` (the world model, or recorded answers) when
+    given. The exact-context cache (world_model.cache) is not in it: the same context means
+    the same commands so far, so every exact-context hit is also a state-cache hit."""
     from world_model.rules import RulePredictor
+    from world_model.state_cache import StateCachePredictor
 
-    predictors: list[Predictor] = [CachePredictor(), RulePredictor()]
+    predictors: list[Predictor] = [StateCachePredictor(), RulePredictor()]
     return CascadePredictor([*predictors, last] if last is not None else predictors, threshold)

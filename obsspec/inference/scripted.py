@@ -4,13 +4,18 @@
     paced = PacedEngine(real_engine, engine, min_tokens=64)
 
 Each reply is tokenised and ended with the end-of-turn token (as a real model stops), with a
-fixed logprob per token. Optional delays make it behave like a slow model; every request is
-kept in `requests` (prompt ids, sampling, priority), so tests can check what was asked.
+fixed logprob per token. Optional delays make it behave like a slow model (`progress` counts
+the first token as soon as it is "generated"); with `slots`, at most that many requests are
+generated at once and the rest wait, lowest priority value first, as in vLLM's priority
+scheduler. Every request is kept in `requests` (prompt ids, sampling, priority), so tests can
+check what was asked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +48,7 @@ class ScriptedEngine:
         seconds_per_token: float = 0.0,
         logprob: float = -0.25,
         honor_max_tokens: bool = True,
+        slots: int | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         # False for a reply that is not a model's guess but given text (the oracle's solution
@@ -56,6 +62,9 @@ class ScriptedEngine:
         self.prompts: list[list[int]] = []  # every context it was asked to continue
         self.requests: list[ScriptedRequest] = []
         self._running = 0
+        self.slots = slots  # None: every request is generated at once
+        self._queue: list[tuple[int, int, asyncio.Future]] = []  # (priority, order, wake-up)
+        self._order = itertools.count()
 
     async def generate(
         self,
@@ -78,15 +87,18 @@ class ScriptedEngine:
         finish = "length"
         if len(ids) < limit:
             ids, finish = [*ids, self.tokenizer.eos_token_id], "stop"
-        self._running += 1
+        await self._take_slot(priority)
+        begun = time.monotonic()
         try:
-            await asyncio.sleep(self.seconds_per_token * len(ids))
+            await asyncio.sleep(self.seconds_per_token)
+            progress.tokens = 1  # the first token is out: the request is no longer queued
+            await asyncio.sleep(self.seconds_per_token * (len(ids) - 1))
         finally:
-            self._running -= 1
+            self._free_slot()
             # Tokens "generated" by now, as a streaming engine would have counted them.
-            elapsed = time.monotonic() - start
+            elapsed = time.monotonic() - begun
             rate = self.seconds_per_token
-            progress.tokens = len(ids) if rate == 0 else min(len(ids), int(elapsed / rate))
+            progress.tokens = len(ids) if rate == 0 else min(len(ids), max(1, int(elapsed / rate)))
         total = time.monotonic() - start
         return Generation(
             ids,
@@ -97,14 +109,39 @@ class ScriptedEngine:
             self.weight_version,
         )
 
+    async def _take_slot(self, priority: int) -> None:
+        if self.slots is None or (self._running < self.slots and not self._queue):
+            self._running += 1
+            return
+        wake = asyncio.get_running_loop().create_future()
+        entry = (priority, next(self._order), wake)
+        heapq.heappush(self._queue, entry)
+        try:
+            await wake  # the freed slot is handed over: _running already counts this request
+        except asyncio.CancelledError:
+            if wake.done() and not wake.cancelled():
+                self._free_slot()  # handed a slot in the same moment: pass it on
+            elif entry in self._queue:  # a free slot may have skipped it already
+                self._queue.remove(entry)
+                heapq.heapify(self._queue)
+            raise
+
+    def _free_slot(self) -> None:
+        while self._queue:
+            _, _, wake = heapq.heappop(self._queue)
+            if not wake.done():
+                wake.set_result(None)
+                return
+        self._running -= 1
+
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         self.weight_version = version
 
     def stats(self) -> EngineStats:
-        return EngineStats(self._running, 0, self.weight_version)
+        return EngineStats(self._running, len(self._queue), self.weight_version)
 
     def unfinished_requests(self) -> int:
-        return self._running
+        return self._running + len(self._queue)
 
     async def aclose(self) -> None:
         pass

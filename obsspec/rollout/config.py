@@ -58,8 +58,8 @@ class SpeculationConfig(SpeculationSettings):
     )
     world_model: str | None = Field(
         default=None,
-        description="World model (name or HF directory) behind the cache and rules "
-        "[default: cache and rules only; rl: the policy's model].",
+        description="World model (name or HF directory) behind the state cache and rules "
+        "[default: state cache and rules only; rl: the policy's model].",
     )
     threshold: float = Field(
         default=0.5, ge=0, le=1, description="Confidence at which a cheaper predictor wins."

@@ -14,7 +14,7 @@ Opening it reads top to bottom:
     NoRunnableTask, raised before any engine starts
     the policy: its tokenizer, and its engine (OpenAI-compatible server or vLLM here), or
     the oracle, which replays each task's reference solution
-    with speculation on: the predictor cascade (cache, rules, and the world model on its
+    with speculation on: the predictor cascade (state cache, rules, and the world model on its
     own engine when one is named) and the speculative loop every episode shares
     the per-task sandbox pools
 
@@ -189,7 +189,7 @@ class RolloutSession:
         return self._speculative_loop(policy)
 
     def _speculative_loop(self, policy: Policy) -> SpeculativeLoop:
-        """A loop with a new cascade (cache, rules, the world model on its engine) and gate."""
+        """A loop with a new cascade (state cache, rules, world model on its engine) and gate."""
         from world_model.cascade import default_cascade
         from world_model.lm import LMPredictor
         from world_model.prompt import WorldModelPrompt

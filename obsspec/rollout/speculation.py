@@ -2,7 +2,7 @@
 
     check_world_model(settings, models_dir)   # before anything is made
 
-Predictors: the cache, the rules and (with `world_model`) the world model on its own
+Predictors: the state cache, the rules and (with `world_model`) the world model on its own
 engine, asked in that order (world_model.cascade); obsspec.rollout.session wires them.
 """
 

@@ -5,28 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from obsspec.agent.context import TokenContext
 from obsspec.agent.protocol import Action
 from obsspec.inference.base import Generation, GenerationProgress
-from obsspec.speculation.predictor import Prediction
+from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.trajectory import SpeculationRecord
-from obsspec.types import clean_text
+from obsspec.types import clean_text, says_timed_out
+
+# The commands that will have run in the sandbox before a reply's own command, in order; None
+# once one of them timed out (killed at an unknown point: the state is no function of them).
+History = tuple[str, ...] | None
+Match = Callable[[str, str], bool]
 
 
 class Node:
     """One policy reply for turn `index`, generated on `context`."""
 
-    def __init__(self, index: int, context: TokenContext, level: int, guess: str | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        context: TokenContext,
+        level: int,
+        guess: str | None,
+        commands: History = (),
+    ) -> None:
         self.index = index
         self.context = context
+        self.commands = commands  # run in the sandbox before this reply's command
         self.level = level
         self.born_level = level
         self.guess = guess  # the guessed observation its context ends with (None: verified)
         self.source = ""  # who guessed it
         self.certain = False  # rests on a corrective observation, not on a guess
         self.progress = GenerationProgress()
+        self.priority = level  # the engine priority its request was submitted at
         self.started = time.monotonic()
         self.finished_at: float | None = None
         self.generation: asyncio.Task[Generation] | None = None
@@ -53,9 +67,31 @@ class Node:
             return None
         return task.result()
 
+    def speculation_context(self, task_hash: str) -> SpeculationContext:
+        """What a predictor is asked with about this (finished) reply's command."""
+        gen = self.reply()
+        assert gen is not None
+        return SpeculationContext(task_hash, (*self.context.ids, *gen.token_ids), self.commands)
+
+    def check_lossless(self, real: TokenContext) -> None:
+        """A kept reply must have been generated on the real context; record it if not (a
+        broken matcher or predictor would show up here and in the tests)."""
+        if self.parent_record is not None and self.context.ids != real.ids:
+            self.parent_record.lossless_violation = True
+
     def tokens_so_far(self) -> int:
         reply = self.reply()
         return len(reply.token_ids) if reply is not None else self.progress.tokens
+
+
+def history_after(commands: History, command: str | None, observation: str) -> History:
+    """The history once `command` has run and printed `observation` (real or guessed); a
+    reply that ran nothing (None: invalid) leaves it as it was."""
+    if command is None:
+        return commands
+    if commands is None or says_timed_out(observation):
+        return None
+    return (*commands, command)
 
 
 def copy_context(context: TokenContext) -> TokenContext:
@@ -70,3 +106,15 @@ def distinct_guesses(predictions: list[Prediction], breadth: int) -> list[tuple[
         if text not in seen:
             seen[text] = prediction
     return list(seen.items())[:breadth]
+
+
+def exact_match(guess: str, real: str) -> bool:
+    """Canonical text equality. Guesses are canonicalised before use, and equal texts tokenise
+    to equal ids, so a match means the kept reply's context is the real one token for token."""
+    return guess == real
+
+
+def describe(error: Exception, timeout_s: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no prediction within {timeout_s:g} s"
+    return f"{type(error).__name__}: {error}"[:300]

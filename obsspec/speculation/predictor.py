@@ -5,10 +5,16 @@
     predictor.observe(context, command, real_observation)
 
 `context` is the exact token context the policy saw up to and including the action, with the
-task's content hash (a fresh sandbox of the same task starts in the same state). A prediction
+task's content hash (a fresh sandbox of the same task starts in the same state) and the
+commands that will have run in the episode's sandbox before this one (`commands`: the real
+ones, then, for a reply built on guesses, the commands whose outputs were guessed, which run
+first if the branch is kept; None when the sandbox's state is not a function of them, i.e. a
+command before this one timed out and was killed at an unknown point). A prediction
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
-string equality with the real one. Implementations live in `world_model` (cache, rules, the LM
-world model, the cascade, the oracle); the runner depends only on this module.
+string equality with the real one. Implementations live in `world_model` (the state cache,
+the context cache, rules, the LM world model, the cascade, the oracle); the runner depends
+only on this module. An optional
+hook, `running` (see `running` below), tells a predictor that a command has begun for real.
 
 A cascade asks several predictors and returns one's answer; it says whom it asked and what each
 offered in an `Answer` (a list of the chosen predictions, with `offered` beside it), so the
@@ -17,7 +23,9 @@ runner can score the world model on its own (`offered_by(predictions, WORLD_MODE
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +36,7 @@ WORLD_MODEL = "lm"  # the source of the LM world model's predictions (world_mode
 class SpeculationContext:
     task_hash: str
     ids: tuple[int, ...]  # the policy context up to and including the action's tokens
+    commands: tuple[str, ...] | None = None  # run in the sandbox before this one (see above)
     key: str = field(init=False, repr=False, compare=False)  # a digest of both, for lookups
 
     def __post_init__(self) -> None:
@@ -73,3 +82,18 @@ def offered_by(predictions: list[Prediction], source: str) -> list[Prediction] |
     if isinstance(predictions, Answer):
         return predictions.offered.get(source)
     return [p for p in predictions if p.source == source] or None
+
+
+@contextlib.contextmanager
+def running(predictor: Predictor, context: SpeculationContext, command: str) -> Iterator[None]:
+    """Around a command's real execution (and its `observe`). A predictor may have an optional
+    hook `running(context, command) -> end`: it learns that the output is on its way (the state
+    cache lets siblings asking about the same state wait for it), and `end()` is called when the
+    execution is over, observed or not (the sandbox failed, the episode was cancelled)."""
+    hook = getattr(predictor, "running", None)
+    end = hook(context, command) if hook is not None else None
+    try:
+        yield
+    finally:
+        if end is not None:
+            end()

@@ -18,8 +18,9 @@ priority k + 1, so real work is scheduled first. A reply that does not parse get
 the fixed corrective observation; it is certain, so it does not add a level.
 
 When the real output arrives, the child whose guess equals it exactly (canonical text) is
-kept: its reply, finished or still generating, is the next turn, and its subtree moves up a
-level, which lets deeper guesses start. Every other child is cancelled with its subtree (the
+kept: its reply, finished or still generating, is the next turn (resubmitted at priority 0 if
+still queued, `keep_priority`), and its subtree moves up a level, which lets deeper guesses
+start. Every other child is cancelled with its subtree (the
 engine aborts the requests). With no match, a fresh reply starts on the real context. Every
 kept reply was therefore generated on exactly the context, and with the same seed, that the
 sequential loop would have used: lossless. The driver (`SpeculativeEpisode.run`) reads like
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 
 from environments.sandbox_protocol import Sandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
@@ -46,18 +47,20 @@ from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, parse_action
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
 from obsspec.speculation.gate import Ask, Gate
-from obsspec.speculation.node import Node, copy_context, distinct_guesses
-from obsspec.speculation.predictor import WORLD_MODEL, Predictor, SpeculationContext, offered_by
+from obsspec.speculation.node import (
+    History,
+    Match,
+    Node,
+    copy_context,
+    describe,
+    distinct_guesses,
+    exact_match,
+    history_after,
+)
+from obsspec.speculation.predictor import Predictor, running
 from obsspec.speculation.settings import SpeculationSettings
+from obsspec.speculation.world_model_record import note_world_model, score_world_model
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
-
-Match = Callable[[str, str], bool]
-
-
-def exact_match(guess: str, real: str) -> bool:
-    """Canonical text equality. Guesses are canonicalised before use, and equal texts tokenise
-    to equal ids, so a match means the kept reply's context is the real one token for token."""
-    return guess == real
 
 
 class SpeculativeLoop:
@@ -116,7 +119,7 @@ class SpeculativeEpisode:
         try:
             while True:
                 gen = await self.real_reply(node)
-                self.check_lossless(node, context)
+                node.check_lossless(context)
                 context.extend(gen.token_ids, generated=True, logprobs=gen.logprobs)
                 turn, action = new_turn(node.index, gen, self.limits.action_format)
                 turn.gen_start_s = node.started
@@ -179,10 +182,12 @@ class SpeculativeEpisode:
         turn.speculation = node.record
         node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
-        result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
-        record_result(turn, result, self.limits)
-        self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
-        self.loop.predictor.observe(self.speculation_context(node), command, turn.observation)
+        context = node.speculation_context(self.trajectory.task_hash)
+        with running(self.loop.predictor, context, command):  # others may wait for its output
+            result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
+            record_result(turn, result, self.limits)
+            self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
+            self.loop.predictor.observe(context, command, turn.observation)
 
     def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:
         """The real observation is in: keep the child that guessed it, drop the rest."""
@@ -197,7 +202,7 @@ class SpeculativeEpisode:
             record.matched = matched
             self.gate.observe_outcome(turn.command, record.source, matched)
         if turn.action == "command" and record.wm_asked:
-            self.score_world_model(node, record, turn.observation)
+            score_world_model(record, node.wm_guesses, turn.observation, self.loop.match)
         kept = next(
             (
                 child
@@ -212,7 +217,11 @@ class SpeculativeEpisode:
                 self.drop(child, record)
         node.children = []
         if kept is None:
-            return self.spawn(node.index + 1, copy_context(context), level=0, guess=None)
+            ran = turn.command if turn.action == "command" else None  # invalid: nothing ran
+            commands = history_after(node.commands, ran, turn.observation)
+            return self.spawn(
+                node.index + 1, copy_context(context), level=0, guess=None, commands=commands
+            )
         if not kept.certain:
             record.source = kept.source
             start = max(kept.started, node.exec_started or kept.started)
@@ -222,30 +231,49 @@ class SpeculativeEpisode:
             descendant.level -= shift
         for descendant in kept.subtree():
             self.maybe_predict(descendant)
+        self.keep_priority(kept, record)
         return kept
 
-    def score_world_model(self, node: Node, record: SpeculationRecord, real: str) -> None:
-        """The world model alone: its first guess (the paper's figure), and any of them."""
-        hits = [self.loop.match(guess, real) for guess in node.wm_guesses]
-        record.wm_matched = bool(hits) and hits[0]
-        record.wm_matched_any = any(hits)
+    def keep_priority(self, node: Node, record: SpeculationRecord) -> None:
+        """A promoted reply is real work, but vLLM cannot change a request's priority. One still
+        queued (no token yet) is aborted and submitted again at priority 0: same context, seed
+        and sampling, so the same reply, and nothing generated is lost. One already generating
+        is kept: vLLM's priority scheduler orders the requests waiting for a slot, and a running
+        one is not behind them (it is preempted, largest priority value first, only when KV
+        memory runs out)."""
+        task = node.generation
+        if task is None or task.done() or node.priority == 0 or node.progress.tokens > 0:
+            return
+        task.cancel()  # aborts the queued request
+        self.start_generation(node, restart_clock=False)
+        record.resubmitted = True
 
     # --- growing the tree ------------------------------------------------------------------
-    def spawn(self, index: int, context: TokenContext, *, level: int, guess: str | None) -> Node:
-        node = Node(index, context, level, guess)
+    def spawn(
+        self,
+        index: int,
+        context: TokenContext,
+        *,
+        level: int,
+        guess: str | None,
+        commands: History = (),
+    ) -> Node:
+        node = Node(index, context, level, guess, commands)
         self.start_generation(node)
         return node
 
-    def start_generation(self, node: Node) -> None:
+    def start_generation(self, node: Node, *, restart_clock: bool = True) -> None:
         sampling = turn_sampling(self.limits, self.trajectory.seed, node.index)
-        node.progress = GenerationProgress()
-        node.started = time.monotonic()  # again when regenerated
-        node.generation = self.start(
+        node.progress, node.priority = GenerationProgress(), node.level
+        if restart_clock:  # regenerated; a resubmitted reply was begun when first asked
+            node.started = time.monotonic()
+        node.generation = task = self.start(
             self.engine.generate(
                 node.context.ids, sampling, priority=node.level, progress=node.progress
             )
         )
-        node.generation.add_done_callback(lambda _: self.on_reply(node))
+        # Only the node's current request counts (a resubmitted one's old task is cancelled).
+        task.add_done_callback(lambda _: self.on_reply(node) if task is node.generation else None)
 
     def on_reply(self, node: Node) -> None:
         gen = node.reply()
@@ -258,7 +286,11 @@ class SpeculativeEpisode:
         if node.action.kind == "invalid":
             corrective = CORRECTIVE_OBSERVATIONS[self.limits.action_format]
             child = self.spawn(
-                node.index + 1, self.child_context(node, corrective), level=node.level, guess=None
+                node.index + 1,
+                self.child_context(node, corrective),
+                level=node.level,
+                guess=None,
+                commands=node.commands,  # an invalid reply runs nothing
             )
             child.certain = True
             node.children.append(child)
@@ -286,7 +318,9 @@ class SpeculativeEpisode:
         try:
             async with asyncio.timeout(self.settings.predict_timeout_s):
                 predictions = await self.loop.predictor.predict(
-                    self.speculation_context(node), command, self.settings.breadth
+                    node.speculation_context(self.trajectory.task_hash),
+                    command,
+                    self.settings.breadth,
                 )
         except Exception as e:  # a predictor failure costs the speculation, never the episode
             record.failed = True
@@ -298,21 +332,16 @@ class SpeculativeEpisode:
         node.guesses = [text for text, _ in guesses]
         record.predictions = len(guesses)
         record.source = guesses[0][1].source if guesses else ""
-        world_model = offered_by(predictions, WORLD_MODEL)
-        # every world-model answer was paid for, the ones the cascade did not choose too
-        spent = predictions if world_model is None else world_model
-        record.wm_tokens += sum(p.tokens for p in spent)
-        if world_model is not None:  # asked (the cascade did not stop at the cache or rules)
-            record.wm_asked = True
-            node.wm_guesses = [
-                text for text, _ in distinct_guesses(world_model, self.settings.breadth)
-            ]
-            record.wm_guesses = len(node.wm_guesses)
+        node.wm_guesses = note_world_model(record, predictions, self.settings.breadth)
         for text, prediction in guesses:
             if node.closed or not self.gate.should_branch(self.ask(node), prediction):
                 continue
             child = self.spawn(
-                node.index + 1, self.child_context(node, text), level=node.level + 1, guess=text
+                node.index + 1,
+                self.child_context(node, text),
+                level=node.level + 1,
+                guess=text,
+                commands=history_after(node.commands, command, text),
             )
             child.source, child.parent_record = prediction.source, record
             node.children.append(child)
@@ -357,11 +386,6 @@ class SpeculativeEpisode:
         context.extend(observation_ids(self.builder, gen.token_ids, observation), generated=False)
         return context
 
-    def speculation_context(self, node: Node) -> SpeculationContext:
-        gen = node.reply()
-        assert gen is not None
-        return SpeculationContext(self.trajectory.task_hash, (*node.context.ids, *gen.token_ids))
-
     def ask(self, node: Node) -> Ask:
         stats = self.engine.stats()
         elapsed = 0.0 if node.exec_started is None else time.monotonic() - node.exec_started
@@ -369,15 +393,3 @@ class SpeculativeEpisode:
         return Ask(
             self.trajectory.task_hash, node.action.command, stats.running + stats.waiting, elapsed
         )
-
-    def check_lossless(self, node: Node, context: TokenContext) -> None:
-        """A kept reply must have been generated on the real context; record it if not (a
-        broken matcher or predictor would show up here and in the tests)."""
-        if node.parent_record is not None and node.context.ids != context.ids:
-            node.parent_record.lossless_violation = True
-
-
-def describe(error: Exception, timeout_s: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"no prediction within {timeout_s:g} s"
-    return f"{type(error).__name__}: {error}"[:300]

@@ -60,6 +60,7 @@ class SpeculationTotals:
     wm_guesses: int = 0  # its distinct guesses
     wm_matched: int = 0  # its first guess was exact
     wm_matched_any: int = 0  # one of its guesses was exact
+    resubmitted: int = 0  # kept replies resubmitted at priority 0 (still queued when promoted)
 
     def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
         """One command turn and its record (None: the turn ran sequentially)."""
@@ -93,6 +94,7 @@ class SpeculationTotals:
         self.wm_matched += bool(r.get("wm_matched"))
         self.wm_matched_any += bool(r.get("wm_matched_any"))
         self.predict_s += predict_s
+        self.resubmitted += bool(r.get("resubmitted"))
 
     @classmethod
     def of_turns(cls, turns: Iterable[Turn]) -> SpeculationTotals:

@@ -106,19 +106,20 @@ NO_OUTPUT = "(no output)\n[exit code: 0]"
 
 
 async def test_the_default_cascade_with_the_lm_predictor_fills_the_record(builder):
-    """The real cascade (cache, rules, LMPredictor on a scripted engine that always answers
+    """The real cascade (state cache, rules, LMPredictor on a scripted engine that always answers
     NO_OUTPUT): the rules answer `echo hi`, the world model every other command."""
     from world_model.cascade import default_cascade
     from world_model.lm import LMPredictor
     from world_model.prompt import WorldModelPrompt
 
     wm_engine = ScriptedEngine(builder.tokenizer, lambda _context: NO_OUTPUT, logprob=-0.01)
-    predictor = default_cascade(LMPredictor(wm_engine, WorldModelPrompt(builder)))
     settings = SpeculationSettings(depth=1, breadth=2, gate=GateSettings(mode=GateMode.always))
     counts = {"rules": 0, "lm": 0}
     for seed in range(6):
         trajectory, context = new_episode(builder, seed)
         engine = fake_policy(builder.tokenizer, salt=seed, commands=COMMANDS)
+        # a new cascade each episode: the state cache would answer the commands seen before
+        predictor = default_cascade(LMPredictor(wm_engine, WorldModelPrompt(builder)))
         loop = SpeculativeLoop(predictor, settings=settings)
         sandbox = step_sandbox(0.03, salt=seed)
         await play(trajectory, context, sandbox, engine, builder, LIMITS, loop)
