@@ -48,20 +48,25 @@ def paced(tiny_engine, tiny_model_dir):
     return PacedEngine(tiny_engine, script, min_tokens=16)
 
 
+def greeting_profile(tmp_path, policy, tasks: list[str], **keys) -> ProfileConfig:
+    """A profile of greeting tasks on the tiny policy, every command speculated on."""
+    return ProfileConfig.model_validate(
+        {
+            "tasks": str(greeting_tasks(tmp_path / "tasks", tasks)),
+            "policy": str(policy),
+            "out": tmp_path / "profile",
+            "limits": {"max_turns": 3, "max_tokens": 64, "temperature": 0.5},
+            "speculation": {"gate": {"mode": "always"}},
+            **keys,
+        }
+    )
+
+
 @pytest.mark.browser
 async def test_three_arms_on_the_same_episodes(
     tmp_path, settings, base_image, tiny_engine, tiny_model_dir, chromium
 ):
-    config = ProfileConfig.model_validate(
-        {
-            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a"])),
-            "policy": str(tiny_model_dir),
-            "episodes_per_task": 2,
-            "out": tmp_path / "profile",
-            "limits": {"max_turns": 3, "max_tokens": 64, "temperature": 0.5},
-            "speculation": {"gate": {"mode": "always"}},
-        }
-    )
+    config = greeting_profile(tmp_path, tiny_model_dir, ["greet-a"], episodes_per_task=2)
     events = []
     engine = paced(tiny_engine, tiny_model_dir)
     report = await profile(config, settings.paths.models_dir, events.append, engine=engine)
@@ -104,16 +109,7 @@ async def test_two_concurrency_levels_play_the_same_episodes_and_the_second_at_o
     from obsspec.profile.calibrate import calibrate_levels
     from obsspec.profile.simulate import Grid, simulate_report
 
-    config = ProfileConfig.model_validate(
-        {
-            "tasks": str(greeting_tasks(tmp_path / "tasks", ["greet-a", "greet-b"])),
-            "policy": str(tiny_model_dir),
-            "concurrency": [1, 2],
-            "out": tmp_path / "profile",
-            "limits": {"max_turns": 3, "max_tokens": 64, "temperature": 0.5},
-            "speculation": {"gate": {"mode": "always"}},
-        }
-    )
+    config = greeting_profile(tmp_path, tiny_model_dir, ["greet-a", "greet-b"], concurrency=[1, 2])
     events = []
     engine = paced(tiny_engine, tiny_model_dir)
     report = await profile(config, settings.paths.models_dir, events.append, engine=engine)

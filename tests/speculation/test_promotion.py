@@ -32,7 +32,15 @@ async def other_episodes(engine, n: int = 2):
         while True:
             await engine.generate([1, 2, 3], Sampling(max_tokens=20), priority=0)
 
-    tasks = [asyncio.create_task(turns()) for _ in range(n)]
+    async with in_background([turns() for _ in range(n)]):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def in_background(coroutines: list, settle_s: float = 0.0):
+    """The coroutines run as tasks (after settle_s) while the block runs; then cancelled."""
+    tasks = [asyncio.create_task(coroutine) for coroutine in coroutines]
+    await asyncio.sleep(settle_s)
     try:
         yield
     finally:

@@ -19,7 +19,7 @@ from obsspec.speculation.runner import SpeculativeEpisode, SpeculativeLoop
 from tests.helpers import chat_ids
 from tests.speculation.fakes import new_episode
 from tests.speculation.test_lossless import semantics
-from tests.speculation.test_promotion import SCRIPT
+from tests.speculation.test_promotion import SCRIPT, in_background
 from tests.speculation.test_state_history import (
     LIMITS,
     SETTINGS,
@@ -44,14 +44,8 @@ async def real_turns_of_other_episodes(engine, prompt: list[int], n: int = 24):
             unique = [i, *divmod(next(count), 1000)]
             await engine.generate([*unique, *long_prompt], Sampling(max_tokens=8), priority=0)
 
-    tasks = [asyncio.create_task(turns(i)) for i in range(n)]
-    await asyncio.sleep(0.5)  # the queue fills
-    try:
+    async with in_background([turns(i) for i in range(n)], settle_s=0.5):  # the queue fills
         yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def timed_episode(builder, engine, timeout_s: float):
