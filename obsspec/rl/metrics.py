@@ -27,22 +27,15 @@ class StepTimes:
     step_s: float
 
 
-def speculation_totals(batch: StepBatch) -> dict:
-    totals = {"attempted": 0, "matched": 0, "tokens_wasted": 0, "violations": 0, "turns": 0}
-    by_source: dict[str, int] = {}  # matches by the predictor that made them
+def matches_by_source(batch: StepBatch) -> dict[str, int]:
+    """The step's matches by the predictor that made them."""
+    by_source: dict[str, int] = {}
     for trajectory in batch.trajectories:
         for turn in trajectory.turns:
-            totals["turns"] += 1
             record = turn.speculation
-            if record is None:
-                continue
-            totals["attempted"] += record.attempted
-            totals["matched"] += record.matched
-            if record.matched:
+            if record is not None and record.matched:
                 by_source[record.source] = by_source.get(record.source, 0) + 1
-            totals["tokens_wasted"] += record.tokens_wasted
-            totals["violations"] += record.lossless_violation
-    return {**totals, "by_source": by_source}
+    return by_source
 
 
 def step_totals(batch: StepBatch) -> SpeculationTotals:
@@ -110,21 +103,20 @@ def step_row(
     weight_version: int,
 ) -> dict:
     rewards = batch.rewards
-    spec = speculation_totals(batch)
-    attempted = spec["attempted"]
     totals = step_totals(batch)
+    turns = sum(len(t.turns) for t in batch.trajectories)
     rates = match_rates(totals, speculate)
     return {
         "step": step,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "reward_std": statistics.pstdev(rewards) if rewards else None,
         "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
-        "spec_match_rate": spec["matched"] / attempted if speculate and attempted else None,
+        "spec_match_rate": rates["spec_match_rate_attempted"],
         # the three match rates side by side (spec_match_rate = spec_match_rate_attempted)
         "spec_match_rate_wm": rates["spec_match_rate_wm"],
         "spec_match_rate_attempted": rates["spec_match_rate_attempted"],
         "spec_match_rate_used": rates["spec_match_rate_used"],
-        "tokens_wasted": spec["tokens_wasted"],
+        "tokens_wasted": totals.tokens_wasted,
         "wm_loss": None if wm is None else wm["wm_loss"],
         "policy_loss": policy["policy_loss"],
         "clip_fraction": policy["clip_fraction"],
@@ -137,17 +129,17 @@ def step_row(
         # beyond the required keys
         "step_seconds": times.step_s,
         "speculated": speculate,
-        "spec_attempted": attempted,
-        "spec_matched": spec["matched"],
+        "spec_attempted": totals.attempted,
+        "spec_matched": totals.matched,
         "spec_wm_asked": rates["spec_wm_asked"],  # match_rate_wm's denominator
         # which predictor made the matches: cache (a context seen before), rules, lm (the WM)
-        "spec_matched_by_source": spec["by_source"],
-        "lossless_violations": spec["violations"],
+        "spec_matched_by_source": matches_by_source(batch),
+        "lossless_violations": totals.lossless_violations,
         "episodes": len(batch.trajectories),
         "failed_episodes": batch.failed_episodes,
         "masked_groups": batch.masked_groups,
         "flat_groups": batch.flat_groups,
-        "turns_mean": spec["turns"] / len(batch.trajectories) if batch.trajectories else None,
+        "turns_mean": turns / len(batch.trajectories) if batch.trajectories else None,
         "done_rate": (
             sum(t.declared_done for t in batch.trajectories) / len(batch.trajectories)
             if batch.trajectories
