@@ -37,6 +37,7 @@ from obsspec.rl.actors import Roles, check_gpus, local_gpus
 from obsspec.rl.config import RLConfig
 from obsspec.rl.curves import write_curves
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
+from obsspec.rl.images import build_images_here
 from obsspec.rl.metrics import StepTimes, TensorBoard, step_row, too_long_warning
 from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
@@ -150,11 +151,14 @@ class Loop:
     async def run(self, ray, models_dir: Path, tasks, bases) -> None:
         if self.checkpoint is not None:
             self.version = self.read_version()
-        roles, skipped = await self.call(
+        skipped = await build_images_here(ray, self.config, tasks)
+        tasks = [t for t in tasks if t.id not in skipped]
+        roles, skipped_there = await self.call(
             ray,
             Roles.start(ray, self.config, models_dir, tasks, bases, self.checkpoint, self.version),
             "starting the roles",
         )
+        skipped |= skipped_there
         board = None
         try:
             for task_id, reason in skipped.items():

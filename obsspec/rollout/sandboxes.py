@@ -1,11 +1,13 @@
 """The sandbox side of a rollout session: task images, and one sandbox pool per task.
 
     images = await build_images(client, tasks, planned, strict, emit, image_map, network)
+    require_images(images, planned, skipped)   # none built: NoRunnableTask
     async with TaskPools(client, run_id, tasks, images, planned, cpuset, network) as pools:
         sandbox_pool = await pools.pool(task)      # opened on first use
         await pools.finished(task.id)              # after each episode; the last closes it
 
-Only obsspec.rollout.session uses these: pipelines go through the session.
+Pipelines go through the session; rl's driver also builds a local run's images before any
+actor starts (its workers then find them built).
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from environments.pool import SandboxPool
 from environments.sandbox import NetworkPolicy, denied_internet, with_network
 from environments.tasks.images import TaskImages
 from environments.tasks.model import Task
+from obsspec.errors import ObsspecError
 from obsspec.rollout.events import Event, Note, TaskSkipped
 
 Emit = Callable[[Event], None]
+
+
+class NoRunnableTask(ObsspecError):
+    """Every planned task's image failed to build: there is nothing to play."""
 
 
 async def build_images(
@@ -63,6 +70,22 @@ async def build_images(
 
     built = await asyncio.gather(*(one(task_id) for task_id in planned))
     return {task_id: tag for task_id, tag in built if tag is not None}
+
+
+def require_images(
+    images: Mapping[str, str], planned: Mapping[str, int], skipped: Mapping[str, str]
+) -> None:
+    """NoRunnableTask unless some planned task has an image (`skipped`: task id -> why not),
+    said before any engine starts, which takes a minute."""
+    if images:
+        return
+    if not planned:
+        raise NoRunnableTask("no task to play: no episode is planned")
+    first = next(iter(skipped.items()), ("", ""))
+    raise NoRunnableTask(
+        f"no task can run: every task image failed to build (e.g. {first[0]}: {first[1]})",
+        hint="check the tasks with `obsspec env validate`",
+    )
 
 
 @dataclass

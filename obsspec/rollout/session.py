@@ -36,7 +36,7 @@ from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.agent.protocol import observation_role
-from obsspec.errors import ConfigError, ObsspecError
+from obsspec.errors import ConfigError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
@@ -44,16 +44,14 @@ from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.engines import open_engine, open_world_model_engine
 from obsspec.rollout.events import Event, Note
 from obsspec.rollout.policy import Policy, policy_model
-from obsspec.rollout.sandboxes import TaskPools, build_images
+from obsspec.rollout.sandboxes import NoRunnableTask, TaskPools, build_images, require_images
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.trajectory import Trajectory
 
+__all__ = ["NoRunnableTask", "RolloutSession"]
+
 Emit = Callable[[Event], None]
 OnFailure = Callable[[Trajectory, int, bool], None]
-
-
-class NoRunnableTask(ObsspecError):
-    """Every planned task's image failed to build: there is nothing to play."""
 
 
 class RolloutSession:
@@ -133,14 +131,7 @@ class RolloutSession:
             settings.network,
             self.on_build_log,
         )
-        if not self.images:  # before the engines, which take a minute to start
-            if not planned:
-                raise NoRunnableTask("no task to play: no episode is planned")
-            first = next(iter(self.skipped.items()), ("", ""))
-            raise NoRunnableTask(
-                f"no task can run: every task image failed to build (e.g. {first[0]}: {first[1]})",
-                hint="check the tasks with `obsspec env validate`",
-            )
+        require_images(self.images, planned, self.skipped)  # before the engines
         self.policy = await self._open_policy()
         self.loop = await self._open_speculation(self.policy)
         expected = Counter(self.planned or {})
