@@ -94,9 +94,11 @@ class CoTrainer:
     def update(self, rows: list[dict]) -> dict[str, float]:
         """`updates` optimizer steps on the rows' command turns and a replayed sample.
         wm_examples: fresh and replayed; wm_examples_used: those trained on;
-        wm_dropped_too_long: those longer than max_len (fresh ones: they are not replayed)."""
+        wm_dropped_too_long: those longer than max_len (fresh ones: they are not replayed);
+        wm_skipped_turns: command turns that are no example (timed out, cut off at the
+        observation cap, or lost to the infrastructure: no whole observation to learn)."""
         start = time.monotonic()
-        examples, _, _ = build_examples(rows, self.prompt, held_out_fraction=0.0)
+        examples, _, report = build_examples(rows, self.prompt, held_out_fraction=0.0)
         fresh = [Sample(e.prompt_ids, e.target_ids) for e in examples]
         fitting = [s for s in fresh if len(s.prompt_ids) + len(s.target_ids) <= self.max_len]
         samples = fitting + self.replay.draw(self.settings.replay_sample)
@@ -107,6 +109,7 @@ class CoTrainer:
             "wm_examples": len(fresh) + len(samples) - len(fitting),
             "wm_examples_used": sum(s.samples for s in sequences),
             "wm_dropped_too_long": len(fresh) - len(fitting) + packing.too_long,
+            "wm_skipped_turns": sum(report.skipped.values()),
         }
         if not sequences:
             return {"wm_loss": float("nan"), **counts, "wm_tokens": 0, "wm_seconds": 0.0}

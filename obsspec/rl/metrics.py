@@ -60,7 +60,7 @@ def speculation_work(totals: SpeculationTotals, *, speculate: bool) -> dict:
 
 def world_model_data(wm: dict | None) -> dict:
     """What co-training learned from: null without co-training."""
-    keys = ("wm_examples_used", "wm_dropped_too_long")
+    keys = ("wm_examples_used", "wm_dropped_too_long", "wm_skipped_turns")
     return {key: None if wm is None else wm[key] for key in keys}
 
 

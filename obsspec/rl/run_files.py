@@ -74,6 +74,7 @@ METRIC_KEYS = (
     "rollback",
     "wm_examples_used",
     "wm_dropped_too_long",
+    "wm_skipped_turns",
 )
 
 

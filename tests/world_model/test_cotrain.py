@@ -1,5 +1,6 @@
 """Co-training on a tiny model: examples too long for `max_len` are counted, not trained on
-and not replayed; the rest are (real token ids, real optimizer steps, a few seconds)."""
+and not replayed, turns cut off at the observation cap are counted as skipped; the rest are
+trained on (real token ids, real optimizer steps, a few seconds)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.world_model.runs import FMT, episode_row, steps_for
 from world_model.config import CotrainSettings
 from world_model.cotrain import CoTrainer
 from world_model.data import world_model_prompt
+from obsspec.types import TRUNCATION_MARKER
 from world_model.examples import build_examples
 
 
@@ -32,8 +34,10 @@ def test_examples_longer_than_max_len_are_counted_and_never_replayed(
 
     settings = CotrainSettings(max_len=max_len, replay_sample=64)
     trainer = CoTrainer(tiny_model_dir, settings, FMT, seed=0, device="cpu")
-    first = trainer.update([short, long])
+    cut = episode_row(builder, "cut-000", [("cat log", f"x\n{TRUNCATION_MARKER}\n[exit code: 0]")])
+    first = trainer.update([short, long, cut])
     assert first["wm_dropped_too_long"] == 1
+    assert first["wm_skipped_turns"] == 1  # the cut-off observation: no example, but counted
     assert first["wm_examples_used"] == len(fitting) == 3
     assert first["wm_examples"] == len(fitting) + 1
     assert math.isfinite(first["wm_loss"])
