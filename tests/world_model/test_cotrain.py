@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from obsspec.types import TRUNCATION_MARKER
 from tests.world_model.runs import FMT, episode_row, steps_for
 from world_model.config import CotrainSettings
 from world_model.cotrain import CoTrainer
 from world_model.data import world_model_prompt
-from obsspec.types import TRUNCATION_MARKER
 from world_model.examples import build_examples
 
 
