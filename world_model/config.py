@@ -26,8 +26,12 @@ class SplitSettings(StrictModel):
 
 
 class EvalSettings(StrictModel):
-    max_tokens: int = Field(
-        default=256, ge=1, description="Longest predicted observation, in tokens."
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Longest predicted observation, in tokens [default: the longest evaluated "
+        "observation, so that none is cut off; turns longer than a value set are counted "
+        "(over_max_tokens): they cannot match].",
     )
     concurrency: int = Field(default=4, ge=1, description="Predictions requested at once.")
     max_model_len: int = Field(default=4096, ge=64, description="The engine's context length.")

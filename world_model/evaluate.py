@@ -129,7 +129,8 @@ class Scored:
         return self.chosen is not None and self.chosen.text == self.example.observation
 
 
-def summarise(scored: list[Scored], settings: EvalSettings) -> dict:
+def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> dict:
+    """The report; max_tokens: the answers' cap (the predictor's)."""
     families: dict[str, list[Scored]] = defaultdict(list)
     lengths: dict[str, list[Scored]] = defaultdict(list)
     sources: dict[str, list[Scored]] = defaultdict(list)
@@ -162,7 +163,9 @@ def summarise(scored: list[Scored], settings: EvalSettings) -> dict:
         "slow_command_s": settings.slow_command_s,
         "exec_to_pred_ratio_p50_all": percentile([speed_ratio(t) for t in answered], 50),
         "concurrency": settings.concurrency,
-        "max_tokens": settings.max_tokens,
+        "max_tokens": max_tokens,
+        # turns whose observation is longer than the answers may be: none of them can match
+        "over_max_tokens": sum(len(t.example.target_ids) > max_tokens for t in scored),
     }
 
 
@@ -193,4 +196,4 @@ async def evaluate(
     answers = await predict_all(examples, predictor, settings.concurrency, progress)
     chosen = await replay_cascade(examples, answers, settings.cascade_threshold)
     scored = [Scored(*turn) for turn in zip(examples, answers, chosen, strict=True)]
-    return summarise(scored, settings)
+    return summarise(scored, settings, predictor.max_tokens)

@@ -33,8 +33,16 @@ async def test_the_world_model_alone_and_the_cascade_are_scored_apart():
     ]
     chosen = await replay_cascade(examples, answers, threshold=0.5)
     scored = [Scored(*turn) for turn in zip(examples, answers, chosen, strict=True)]
-    report = summarise(scored, EvalSettings())
+    report = summarise(scored, EvalSettings(), max_tokens=2)
     assert report["match_rate_wm"] == pytest.approx(1 / 4)  # every turn, first guess
     assert report["exact_match_rate"] == report["match_rate_wm"]  # the older name
     assert report["cascade_match_rate"] == pytest.approx(2 / 4)  # the rules' mkdir too
     assert report["by_family"]["t"]["match_rate_wm"] == pytest.approx(1 / 4)
+
+
+def test_turns_longer_than_the_answers_may_be_are_counted():
+    examples = [example(1, "ls", "a\n[exit code: 0]"), example(2, "ls", "b\n[exit code: 0]")]
+    scored = [Scored(e, None, None) for e in examples]
+    assert summarise(scored, EvalSettings(), max_tokens=2)["over_max_tokens"] == 0
+    cut = summarise(scored, EvalSettings(), max_tokens=1)  # each target is 2 tokens
+    assert (cut["max_tokens"], cut["over_max_tokens"]) == (1, 2)
