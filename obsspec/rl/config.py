@@ -221,6 +221,7 @@ class RLConfig(RolloutSettings):
             "limits": self.limits.model_dump(mode="json"),
             "grpo": self.grpo.model_dump(mode="json"),
             "cotrain": self.cotrain_settings.model_dump(mode="json"),  # max_len resolved
+            **self.network_identity(),
         }
 
 

@@ -101,6 +101,12 @@ class TaskAccess(StrictModel):
         "too); under verify, a task with allow_internet gives its agent one as well.",
     )
 
+    def network_identity(self) -> dict[str, str]:
+        """The network's part of a run's identity (a command that downloads succeeds or
+        fails with it): named only when not the default, so that runs recorded before it
+        counted keep their identity."""
+        return {} if self.network == NetworkPolicy.none else {"network": str(self.network)}
+
 
 def access_defaults(images: ImagesConfig | None) -> dict[str, Any]:
     """Pipeline defaults from the global image map, so that run directories record it."""
@@ -233,13 +239,15 @@ class CollectConfig(RolloutSettings):
 
     def identity(self) -> dict[str, Any]:
         """What decides the data: two invocations with the same identity extend one run.
-        Speculation is not part of it: it changes how fast episodes come, not what they are."""
+        Speculation is not part of it: it changes how fast episodes come, not what they are.
+        The network does (see `network_identity`)."""
         return {
             "tasks": os.path.abspath(self.tasks),
             "policy": self.policy,
             "episodes_per_task": self.episodes_per_task,
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
+            **self.network_identity(),
         }
 
 

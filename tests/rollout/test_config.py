@@ -7,6 +7,7 @@ import re
 import pytest
 
 from obsspec.errors import ConfigError
+from obsspec.rl.config import RLConfig
 from obsspec.rollout.config import load_collect_config
 
 
@@ -43,3 +44,15 @@ def test_identity_ignores_how_the_work_is_spread():
     b = load_collect_config(None, {"tasks": "t", "out": "o", "concurrency": 8, "workers": 2})
     c = load_collect_config(None, {"tasks": "t", "out": "o", "seed": 1})
     assert a.identity() == b.identity() != c.identity()
+
+
+def test_the_network_decides_the_data_and_the_default_keeps_old_identities():
+    default = load_collect_config(None, {"tasks": "t", "out": "o"})
+    online = load_collect_config(None, {"tasks": "t", "out": "o", "network": "all"})
+    assert "network" not in default.identity()  # as runs recorded it before
+    assert online.identity() == {**default.identity(), "network": "all"}
+    rl = RLConfig(tasks="t", out="o", network="verify")
+    assert (
+        rl.identity()["network"] == "verify"
+        and "network" not in RLConfig(tasks="t", out="o").identity()
+    )
