@@ -10,6 +10,7 @@ does), in which case a missing capability is a failure: CI must not pass by skip
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,6 +46,38 @@ def pytest_collection_modifyitems(config, items):
         module = item.nodeid.split("::")[0]
         rank[module] = min(rank.get(module, COST_RANKS), cost_rank(item))
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
+
+
+# The modules that use the session's vLLM engine (`tiny_engine`) or its `vllm serve`
+# (`vllm_server`) run as one unit of work in one xdist process: each then starts once per
+# suite, instead of once in every process that happens to get one of them (about 30 s of CPU
+# each). The controller sees no fixtures, so the modules are found by the names they use.
+SHARED_ENGINES = re.compile(r"\b(tiny_engine|vllm_server)\b")
+
+
+def shared_engine_modules(root: Path) -> frozenset[str]:
+    return frozenset(
+        path.relative_to(root).as_posix()
+        for path in (root / "tests").rglob("test_*.py")
+        if SHARED_ENGINES.search(path.read_text())
+    )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope, with the shared-engine modules as one scope (see above)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = shared_engine_modules(config.rootpath)
+
+    class SharedEngineScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.split("::")[0] in shared:
+                return "shared-engines"
+            return super()._split_scope(nodeid)
+
+    return SharedEngineScopes(config, log)
 
 
 # By their markers, the tests that take longest first: slow ones and Ray's (whole rl runs), then
