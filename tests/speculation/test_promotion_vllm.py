@@ -1,7 +1,9 @@
 """Promotion under load on a real vLLM engine: other episodes' real turns keep the queue full;
 a speculative reply that is still queued when its guess is confirmed is resubmitted at
-priority 0, finishes no later than if it had kept its speculative priority, and its reply is
-the one the sequential loop gets."""
+priority 0, and its reply is the one the sequential loop gets (as is the reply of one that
+keeps its speculative priority, if it finishes). How much sooner it finishes is a timing, so
+no assert here: it depends on how full the queue is at that moment on a shared machine (once
+3.1 s against not finished in 9.2 s, once 3.2 s against 1.6 s when the queue drained)."""
 
 from __future__ import annotations
 
@@ -71,17 +73,16 @@ async def test_a_promoted_reply_keeps_real_work_priority_under_load(
     _, sequential = await timed_episode(builder, paced(), 60)
     load_prompt = chat_ids(tiny_model_dir, "make test")
     async with real_turns_of_other_episodes(tiny_engine, load_prompt):
-        new_s, promoted = await timed_episode(builder, paced(), 60)
+        new_s, promoted = await timed_episode(builder, paced(), 60)  # s: only a bound below
     assert promoted is not None, "the episode did not finish under load"
     with monkeypatch.context() as patch:
         patch.setattr(SpeculativeEpisode, "keep_priority", lambda self, node, record: None)
         async with real_turns_of_other_episodes(tiny_engine, load_prompt):
-            old_s, kept_low = await timed_episode(builder, paced(), max(3 * new_s, 5))
+            _, kept_low = await timed_episode(builder, paced(), max(3 * new_s, 5))
 
     assert semantics(promoted) == semantics(sequential)
     first = promoted.turns[0].speculation
     assert first.matched and first.resubmitted and first.tokens_committed
-    assert new_s <= old_s, (new_s, old_s)
     if kept_low is not None:  # it finished after all: the same episode, resubmitted nothing
         assert semantics(kept_low) == semantics(sequential)
         assert not kept_low.turns[0].speculation.resubmitted
