@@ -166,9 +166,8 @@ async def run_evaluation(
         kv_cache_gb=settings.kv_cache_gb,
         max_num_seqs=max(64, 2 * settings.concurrency),
     )
-    if settings.max_tokens is None:  # an answer cut off is no answer: leave room for each
-        longest = max((len(e.target_ids) for e in examples), default=1)
-        settings = settings.model_copy(update={"max_tokens": longest})
+    # an answer cut off is no answer: unset, leave room for the longest observation
+    max_tokens = settings.max_tokens or max((len(e.target_ids) for e in examples), default=1)
     async with LocalVLLMEngine(engine_settings) as engine:
-        predictor = LMPredictor(engine, prompt, max_tokens=settings.max_tokens)
+        predictor = LMPredictor(engine, prompt, max_tokens=max_tokens)
         return await evaluate(examples, predictor, settings, on_prediction)

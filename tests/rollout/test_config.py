@@ -52,7 +52,5 @@ def test_the_network_decides_the_data_and_the_default_keeps_old_identities():
     assert "network" not in default.identity()  # as runs recorded it before
     assert online.identity() == {**default.identity(), "network": "all"}
     rl = RLConfig(tasks="t", out="o", network="verify")
-    assert (
-        rl.identity()["network"] == "verify"
-        and "network" not in RLConfig(tasks="t", out="o").identity()
-    )
+    assert rl.identity()["network"] == "verify"
+    assert "network" not in RLConfig(tasks="t", out="o").identity()
