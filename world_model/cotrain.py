@@ -8,7 +8,10 @@ As the policy learns, the commands it runs and so the observations it must be to
 a world model trained once drifts away from them. Each step the model takes `updates`
 optimizer steps on that step's command turns (built exactly as `train-wm` builds them) plus
 `replay_sample` examples drawn from a bounded buffer of earlier steps', so it neither forgets
-at once nor spends its time on stale data. The loss reported is the token mean of the first
+at once nor spends its time on stale data. The buffer keeps examples by episode and a draw
+takes whole episodes: an episode's turns chain into one sequence (obsspec.train.sequences), so
+64 replayed turns cost about 8 episodes' tokens, not 64 whole prompts (5.6x more on
+workflow-ci episodes). The loss reported is the token mean of the first
 update's forward passes: the loss on this step's data before learning it, the drift signal.
 An example longer than `max_len` tokens is not trained on and not kept for replay; it is
 counted (`wm_dropped_too_long`), never silently lost.
@@ -33,28 +36,54 @@ from obsspec.train.precision import autocast, placement
 from obsspec.train.sequences import Sample, pack
 from world_model.config import CotrainSettings
 from world_model.data import world_model_prompt
-from world_model.examples import build_examples
+from world_model.examples import ExampleReport, build_examples
 
 
 class ReplayBuffer:
-    """The last `size` samples seen; draws are reproducible from the buffer's own RNG."""
+    """The last `size` examples seen, grouped by episode; draws are reproducible from the
+    buffer's own RNG. A draw takes episodes in a random order, each from its first turn, so
+    the turns it returns chain; when the buffer is full the oldest episode loses its first
+    turns (each later turn still carries its whole prompt)."""
 
     def __init__(self, size: int, seed: int) -> None:
-        self.samples: deque[Sample] = deque(maxlen=size)
+        self.size = size
+        self.episodes: deque[list[Sample]] = deque()
         self.rng = random.Random(seed)
 
-    def draw(self, k: int) -> list[Sample]:
-        return self.rng.sample(list(self.samples), min(k, len(self.samples)))
+    @property
+    def samples(self) -> list[Sample]:
+        return [sample for episode in self.episodes for sample in episode]
 
-    def add(self, samples: list[Sample]) -> None:
-        self.samples.extend(samples)
+    def __len__(self) -> int:
+        return sum(len(episode) for episode in self.episodes)
+
+    def draw(self, k: int) -> list[Sample]:
+        order = list(range(len(self.episodes)))
+        self.rng.shuffle(order)
+        drawn: list[Sample] = []
+        for index in order:
+            if len(drawn) >= k:
+                break
+            drawn += self.episodes[index][: k - len(drawn)]
+        return drawn
+
+    def add(self, episodes: list[list[Sample]]) -> None:
+        self.episodes.extend(episode for episode in episodes if episode)
+        excess = len(self) - self.size
+        while excess > 0:
+            oldest = self.episodes[0]
+            if len(oldest) <= excess:
+                self.episodes.popleft()
+            else:
+                self.episodes[0] = oldest[excess:]
+            excess -= min(len(oldest), excess)
 
     def state(self) -> dict:
-        return {"samples": list(self.samples), "rng": self.rng.getstate()}
+        return {"episodes": [list(e) for e in self.episodes], "rng": self.rng.getstate()}
 
     def load(self, state: dict) -> None:
-        self.samples.clear()
-        self.samples.extend(state["samples"])
+        self.episodes.clear()
+        self.episodes.extend(state["episodes"])
         self.rng.setstate(state["rng"])
 
 
@@ -98,11 +127,12 @@ class CoTrainer:
         wm_skipped_turns: command turns that are no example (timed out, cut off at the
         observation cap, or lost to the infrastructure: no whole observation to learn)."""
         start = time.monotonic()
-        examples, _, report = build_examples(rows, self.prompt, held_out_fraction=0.0)
-        fresh = [Sample(e.prompt_ids, e.target_ids) for e in examples]
-        fitting = [s for s in fresh if len(s.prompt_ids) + len(s.target_ids) <= self.max_len]
+        episodes, report = episode_samples(rows, self.prompt)
+        fresh = [sample for episode in episodes for sample in episode]
+        kept = [[s for s in episode if self.fits(s)] for episode in episodes]
+        fitting = [sample for episode in kept for sample in episode]
         samples = fitting + self.replay.draw(self.settings.replay_sample)
-        self.replay.add(fitting)
+        self.replay.add(kept)
         packing = pack(samples, self.max_len)  # too_long: replay kept by an older version
         sequences = packing.sequences
         counts = {
@@ -112,7 +142,8 @@ class CoTrainer:
             "wm_skipped_turns": sum(report.skipped.values()),
         }
         if not sequences:
-            return {"wm_loss": float("nan"), **counts, "wm_tokens": 0, "wm_seconds": 0.0}
+            idle = {"wm_tokens": 0, "wm_forward_tokens": 0, "wm_seconds": 0.0}
+            return {"wm_loss": float("nan"), **counts, **idle}
         first_loss = None
         for _ in range(self.settings.updates):
             loss = self.optimizer_step(sequences)
@@ -121,8 +152,12 @@ class CoTrainer:
             "wm_loss": first_loss,
             **counts,
             "wm_tokens": sum(s.target_tokens for s in sequences),
+            "wm_forward_tokens": sum(len(s.ids) for s in sequences) * self.settings.updates,
             "wm_seconds": time.monotonic() - start,
         }
+
+    def fits(self, sample: Sample) -> bool:
+        return len(sample.prompt_ids) + len(sample.target_ids) <= self.max_len
 
     def optimizer_step(self, sequences) -> float:
         """One step over every sequence (token mean over all their labelled tokens)."""
@@ -151,3 +186,14 @@ class CoTrainer:
     def restore(self, folder: Path) -> None:
         state = self.core.load(folder)
         self.replay.load(state["replay"])
+
+
+def episode_samples(rows: list[dict], prompt) -> tuple[list[list[Sample]], ExampleReport]:
+    """Each row's command turns as training samples, one list per episode, in turn order."""
+    report = ExampleReport()
+    episodes = []
+    for row in rows:
+        examples, _, one = build_examples([row], prompt, held_out_fraction=0.0)
+        report.merge(one)
+        episodes.append([Sample(e.prompt_ids, e.target_ids) for e in examples])
+    return episodes, report

@@ -150,6 +150,9 @@ def step_row(
         "grad_norm": policy["grad_norm"],
         "kl": policy["kl"],
         "wm_examples": None if wm is None else wm["wm_examples"],
+        # the co-trainer's cost: tokens through the model (shared prefixes counted once)
+        "wm_forward_tokens": None if wm is None else wm["wm_forward_tokens"],
+        "wm_seconds": None if wm is None else wm["wm_seconds"],
         "weight_version": weight_version,
     }
 

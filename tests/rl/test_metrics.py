@@ -14,7 +14,7 @@ from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
 POLICY = {"policy_loss": 0.1, "clip_fraction": 0.05, "logprob_mismatch": 0.001, "kl": 0.0,
           "grad_norm": 1.0, "trained_episodes": 2, "trained_tokens": 10}  # fmt: skip
 WM = {"wm_loss": 0.5, "wm_examples": 9, "wm_examples_used": 7, "wm_dropped_too_long": 2,
-      "wm_skipped_turns": 1}  # fmt: skip
+      "wm_skipped_turns": 1, "wm_forward_tokens": 900, "wm_seconds": 4.5}  # fmt: skip
 TIMES = StepTimes(rollout_s=3.0, train_s=1.0, sync_s=0.5, step_s=4.5)
 NEW_KEYS = ("spec_exec_won", "spec_overlap_s", "spec_tokens_ahead", "spec_tokens_committed",
             "spec_tokens_wasted", "rollback", "wm_examples_used",
@@ -64,6 +64,8 @@ def test_without_speculation_or_co_training_their_figures_are_null():
     trained = row()
     assert (trained["wm_examples_used"], trained["wm_dropped_too_long"]) == (7, 2)
     assert trained["wm_skipped_turns"] == 1
+    assert (trained["wm_forward_tokens"], trained["wm_seconds"]) == (900, 4.5)
+    assert sequential["wm_forward_tokens"] is None and sequential["wm_seconds"] is None
 
 
 def test_a_step_that_drops_co_training_examples_names_the_key_to_raise():

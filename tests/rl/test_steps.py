@@ -8,7 +8,7 @@ import pytest
 
 from obsspec.rl.config import GRPOSettings, RLConfig
 from obsspec.rl.steps import build_batch, episode_reward, plan_step, step_tasks
-from obsspec.train.sequences import Sample
+from obsspec.train.sequences import Sample, pack
 from obsspec.trajectory import Trajectory
 from world_model.cotrain import ReplayBuffer
 
@@ -68,7 +68,8 @@ def test_infrastructure_failures_mask_their_group_and_flat_groups_are_skipped():
 
 def test_the_replay_buffer_is_bounded_and_its_draws_resume_exactly():
     buffer = ReplayBuffer(3, seed=0)
-    buffer.add([Sample([i], [i]) for i in range(5)])
+    buffer.add([[Sample([i], [i]) for i in range(3)], [Sample([3], [3]), Sample([4], [4])]])
+    # the oldest episode loses its first turns; the others are kept whole
     assert [s.prompt_ids for s in buffer.samples] == [[2], [3], [4]]
     saved = buffer.state()
     first = buffer.draw(2)
@@ -76,3 +77,24 @@ def test_the_replay_buffer_is_bounded_and_its_draws_resume_exactly():
     again.load(saved)
     assert again.draw(2) == first and len(buffer.draw(10)) == 3
     assert ReplayBuffer(0, seed=0).draw(4) == []
+    empty = ReplayBuffer(0, seed=0)
+    empty.add([[Sample([1], [1])]])
+    assert len(empty) == 0
+
+
+def chain(episode: int, turns: int) -> list[Sample]:
+    """An episode's samples as build_examples makes them: each prompt extends the last turn."""
+    samples, ids = [], [1000 + episode]
+    for turn in range(turns):
+        prompt = [*ids, 10 * turn]
+        samples.append(Sample(prompt, [turn]))
+        ids = [*prompt, turn]
+    return samples
+
+
+def test_a_draw_takes_whole_episodes_so_replayed_turns_chain_into_few_sequences():
+    buffer = ReplayBuffer(100, seed=3)
+    buffer.add([chain(e, 5) for e in range(10)])
+    drawn = buffer.draw(12)  # two whole episodes and the first two turns of a third
+    assert len(drawn) == 12
+    assert len(pack(drawn, max_len=1000).sequences) == 3
