@@ -6,7 +6,8 @@ Prints one JSON object (goals in brackets):
                       speculation, same tasks, seeds and starting weights (> 1: faster)
     cotrain_overhead  [<= 1.05 when the world-model trainer has its own resources]
                       step seconds with co-training over step seconds with the world model
-                      frozen (both speculative)
+                      frozen (both speculative); each run's metrics.jsonl has the co-trainer's
+                      wm_seconds and wm_forward_tokens per step
 
 Three runs of `obsspec rl` (the library, each its own local Ray cluster), in this order:
 speculative with co-training, sequential with co-training, speculative without. Each runs
