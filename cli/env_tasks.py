@@ -22,6 +22,13 @@ from cli.common import (
     out,
     progress_printer,
 )
+from cli.gate_options import (
+    FailOverOption,
+    FailUnderOption,
+    exit_on_failed_gate,
+    gated,
+    parse_gate_flags,
+)
 from environments.sandbox import NetworkPolicy, denied_internet
 
 
@@ -59,6 +66,8 @@ def validate(
     ] = 1,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    fail_under: FailUnderOption = None,
+    fail_over: FailOverOption = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -67,10 +76,13 @@ def validate(
     The solution runs as a script, as Harbor and Terminal-Bench run it. A task directory that
     does not load is reported as a failed task. Exits 1 if any task fails; the JSON has one
     row per task with its problems and, on failure, the tails of the solution's and the
-    verifier's output.
+    verifier's output. With gates (--fail-under solution_pass_rate=0.9), the gates decide
+    instead: exit 3 when one fails, 0 when all pass.
     """
     from environments.gc import run_scope
     from environments.validate import summarize, validate_tasks
+
+    gates = parse_gate_flags(fail_under, fail_over, summarize([]))
 
     settings = global_config(config, image_map=image_map, runs_tasks=True)
     loaded, broken = load_or_report(tasks)
@@ -97,12 +109,14 @@ def validate(
                 network=network,
             )
         )
-    summary = summarize([*broken, *reports])
+    summary = gated(summarize([*broken, *reports]), gates)
     if json_output:
         emit_json(summary)
     else:
         render_summary(summary)
-    if summary["ok"] != summary["tasks"]:
+    if gates:
+        exit_on_failed_gate(summary)
+    elif summary["ok"] != summary["tasks"]:
         raise typer.Exit(1)
 
 

@@ -3,7 +3,9 @@
     0    everything asked for was done
     1    an error: nothing, or not everything, was done (a failed check, a broken input)
     2    a usage error: an unknown flag, a missing argument, a value the parser refuses
-    3    partly done: `collect` has some of the episodes asked for (the others are named)
+    3    partly done: `collect` has some of the episodes asked for (the others are named);
+         or a CI gate failed: a figure outside its --fail-under / --fail-over bound (the
+         command itself did all its work: its report is written and printed)
     130  Ctrl-C
     143  SIGTERM (a scheduler, `timeout`, `kill`); cleanup runs as for Ctrl-C
 
@@ -32,9 +34,11 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_errors
 
 OK, ERROR, USAGE, PARTIAL, CTRL_C, SIGTERM = 0, 1, 2, 3, 130, 143
+GATE_FAILED = PARTIAL  # a result short of what was asked for, as a partial collect is
 EPILOG = (
     "Exit codes: 0 everything asked for was done; 1 error; 2 usage error; 3 partly done "
-    "(collect: some episodes are missing); 130 Ctrl-C; 143 SIGTERM."
+    "(collect: some episodes are missing) or a --fail-under/--fail-over gate failed; "
+    "130 Ctrl-C; 143 SIGTERM."
 )
 
 

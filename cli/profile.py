@@ -22,6 +22,13 @@ from cli.common import (
     out,
     task_access_flags,
 )
+from cli.gate_options import (
+    FailOverOption,
+    FailUnderOption,
+    exit_on_failed_gate,
+    gated,
+    parse_gate_flags,
+)
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from cli.profile_simulate import simulate
 from cli.profile_view import concurrency_table, figures_table, printer
@@ -78,6 +85,8 @@ def profile(
     gate: GateOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    fail_under: FailUnderOption = None,
+    fail_over: FailOverOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -94,14 +103,19 @@ def profile(
     Limits, engine, gate parameters and oracle_delay_s: the \\[profile] table of --config.
 
     `obsspec profile simulate --calibrate OUT` then says where speculation would pay.
+
+    In CI: --fail-under latency_reduction=0.05 --fail-over tokens_wasted_fraction=0.5 exits 3
+    when a figure misses its bound (one line per gate on stderr; "gates" in --json).
     """
     if ctx.invoked_subcommand is not None:
         return
     from obsspec.profile.config import load_profile_config
     from obsspec.profile.levels import parse_levels
     from obsspec.profile.run import profile as run_profile
+    from obsspec.profile.run import report_keys
 
     levels = None if concurrency is None else parse_levels(concurrency)  # before any setup
+    gates = parse_gate_flags(fail_under, fail_over, report_keys())
     settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     speculation = drop_unset(
         {"world_model": world_model, **speculation_flags(depth, breadth, gate)}
@@ -132,11 +146,13 @@ def profile(
     except (KeyboardInterrupt, asyncio.CancelledError) as stop:
         err.print("interrupted: nothing was written to report.json")
         raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
+    report = gated(report, gates)
     if json_output:
         emit_json(report)
-        return
-    out.print(figures_table(report))
-    if len(report["by_concurrency"]) > 1:
-        out.print(concurrency_table(report))
-    if profile_config.out is not None:
-        out.print(f"report: {profile_config.out / 'report.html'} (figures: report.json)")
+    else:
+        out.print(figures_table(report))
+        if len(report["by_concurrency"]) > 1:
+            out.print(concurrency_table(report))
+        if profile_config.out is not None:
+            out.print(f"report: {profile_config.out / 'report.html'} (figures: report.json)")
+    exit_on_failed_gate(report)

@@ -15,6 +15,13 @@ from cli.common import (
     global_config,
     progress_printer,
 )
+from cli.gate_options import (
+    FailOverOption,
+    FailUnderOption,
+    exit_on_failed_gate,
+    gated,
+    parse_gate_flags,
+)
 from cli.train_view import TrainView
 from cli.train_wm_view import render_evaluation, training_table
 from cli.training import (
@@ -90,6 +97,8 @@ def train_wm(
             "--no-eval", help="Skip the evaluation after training.", rich_help_panel=SPLIT
         ),
     ] = False,
+    fail_under: FailUnderOption = None,
+    fail_over: FailOverOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -107,11 +116,21 @@ def train_wm(
     real-execution / prediction speed. With --eval-only, --model is scored on the
     tasks of --data it was not trained on. Rarely changed settings (warm-up,
     gradient accumulation, LoRA alpha, the evaluation engine) live in the
-    \\[train_wm] table of --config.
+    \\[train_wm] table of --config. In CI, --eval-only with --fail-under
+    match_rate_wm=0.4 exits 3 when the figure is below its bound.
     """
     from obsspec.config import load_pipeline_config
+    from obsspec.errors import ConfigError
     from world_model.config import EvalWMConfig, TrainWMConfig
+    from world_model.evaluate import report_keys
     from world_model.training import evaluate_world_model, train_world_model
+
+    gates = parse_gate_flags(fail_under, fail_over, report_keys())
+    if gates and not eval_only:
+        raise ConfigError(
+            "--fail-under/--fail-over gate an evaluation: use them with --eval-only "
+            "(train, then `obsspec train-wm --eval-only --model OUT ...` with the gates)"
+        )
 
     settings = global_config(config, cache_dir)
     split = {
@@ -132,7 +151,9 @@ def train_wm(
             report = evaluate_world_model(
                 eval_config, settings.paths.models_dir, view.on_prediction, progress_printer()
             )
+        report = gated(report, gates)
         render_evaluation(report, json_output)
+        exit_on_failed_gate(report)
         return
     trainer = trainer_flags(epochs, lr, batch_tokens, max_len, max_steps, lora)
     flags = {

@@ -179,6 +179,10 @@ async def validate_tasks(
     return list(await asyncio.gather(*(one(t) for t in tasks)))
 
 
+def share(count: int, reports: list) -> float | None:
+    return round(count / len(reports), 4) if reports else None
+
+
 def summarize(reports: list[TaskValidation]) -> dict:
     """Counts, then one row per task. A solution is one script now, so `solution_commands`
     counts solution scripts run and `slow_command_share` is the share of them that took at
@@ -190,6 +194,10 @@ def summarize(reports: list[TaskValidation]) -> dict:
         "solution_pass": sum(r.solution_reward == 1.0 for r in reports),
         "noop_fail": sum(r.noop_reward == 0.0 for r in reports),
         "ok": sum(r.ok for r in reports),
+        # shares of the tasks, for CI gates (--fail-under solution_pass_rate=1)
+        "solution_pass_rate": share(sum(r.solution_reward == 1.0 for r in reports), reports),
+        "noop_fail_rate": share(sum(r.noop_reward == 0.0 for r in reports), reports),
+        "ok_rate": share(sum(r.ok for r in reports), reports),
         "families": families,
         "solution_commands": len(seconds),
         "slow_command_share": round(sum(s >= SLOW_SOLUTION_S for s in seconds) / len(seconds), 3)

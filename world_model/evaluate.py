@@ -169,6 +169,12 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
     }
 
 
+def report_keys() -> set[str]:
+    """The top-level keys of `train-wm --eval-only`'s report (CI gates are checked against
+    them before the evaluation): summarise's, over no turn, and evaluate_world_model's own."""
+    return {*summarise([], EvalSettings(), 1), "model", "excluded_trained_tasks"}
+
+
 def match_rates(turns: list[Scored]) -> dict:
     return {
         "turns": len(turns),

@@ -73,6 +73,12 @@ class LevelPlayed:
         }
 
 
+def report_keys() -> set[str]:
+    """The top-level keys of every report (CI gates are checked against them before a run):
+    a level's figures, computed over no episode, and the report's own."""
+    return {*LevelPlayed(1, "", [], [], {}).figures(), "tasks", "by_concurrency", "config", "files"}
+
+
 async def profile(
     config: ProfileConfig,
     models_dir: Path,

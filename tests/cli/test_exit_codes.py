@@ -246,3 +246,22 @@ def test_sigterm_stops_any_command_with_143_and_one_json_object(base_image):
         text=True,
     )
     assert left.stdout.split() == []  # cleanup ran: the container is gone
+
+
+@pytest.mark.docker
+def test_gates_decide_env_validates_exit_code_both_ways(tmp_path):
+    """A task that does not load fails validation; gates on the shares decide the exit."""
+    broken = tmp_path / "tasks" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "task.toml").write_text("version = [\n")
+    tasks = str(tmp_path / "tasks")
+    failed = obsspec("env", "validate", tasks, "--fail-under", "solution_pass_rate=1")
+    assert failed.returncode == 3, failed.stderr
+    assert "gate FAILED: solution_pass_rate >= 1, measured 0" in failed.stderr
+    assert "error: 1 gate(s) failed: solution_pass_rate" in failed.stderr
+    passed = obsspec("env", "validate", tasks, "--fail-over", "solution_pass_rate=0.5", "--json")
+    assert passed.returncode == 0, passed.stderr  # the gates pass: a failed task is allowed
+    payload = json.loads(passed.stdout)
+    assert payload["ok_rate"] == 0.0 and payload["gates"][0]["passed"] is True
+    typo = obsspec("env", "validate", tasks, "--fail-under", "pass_rate=1")
+    assert typo.returncode == 1 and "did you mean solution_pass_rate" in typo.stderr

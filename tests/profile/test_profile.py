@@ -7,10 +7,11 @@ import json
 import pytest
 
 from obsspec.errors import ConfigError, ObsspecError
+from obsspec.gates import check_gates, parse_gates
 from obsspec.inference.scripted import PacedEngine
 from obsspec.profile.browser import render_in_browser
 from obsspec.profile.config import ProfileConfig
-from obsspec.profile.run import ArmDone, profile
+from obsspec.profile.run import ArmDone, profile, report_keys
 from obsspec.runs import read_rows
 from tests.cli.test_cli import obsspec
 from tests.rollout.test_collect import greeting_tasks
@@ -72,6 +73,9 @@ async def test_three_arms_on_the_same_episodes(
     report = await profile(config, settings.paths.models_dir, events.append, engine=engine)
 
     assert all(key in report for key in KEYS)
+    assert set(report) == report_keys()  # what CI gates are checked against before a run
+    gates = parse_gates(["episodes=2", "match_rate_wm=0"], ["lossless_violations=0"])
+    assert [r.passed for r in check_gates(report, gates)] == [True, False, True]  # null fails
     assert report["episodes"] == 2 and report["lost_episodes"] == []
     assert report["lossless_violations"] == 0
     # no world model here: the cache and rules answer or nothing does, the LM is never asked
@@ -167,6 +171,8 @@ def test_bad_flags_are_named(tmp_path, default_model_dir):
         result = obsspec("profile", "--tasks", str(tmp_path), "--concurrency", levels)
         assert result.returncode != 0 and f"--concurrency '{levels}'" in result.stderr
         assert named in result.stderr
+    typo = obsspec("profile", "--tasks", str(tmp_path), "--fail-under", "match_rate=0.4")
+    assert typo.returncode == 1 and "no figure 'match_rate' (did you mean" in typo.stderr
     tasks = greeting_tasks(tmp_path / "tasks", ["greet-a"])
     keep = tmp_path / "notes"
     keep.mkdir()

@@ -12,6 +12,7 @@ from tests.cli.test_cli import obsspec
 from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
 from world_model.config import TrainWMConfig
 from world_model.data import load_data, load_eval_data
+from world_model.evaluate import report_keys
 from world_model.training import train_world_model
 
 TRAIN_TASKS = ["a-000", "b-000", "c-000", "d-000"]  # all on the training side of a 0.2 split
@@ -100,10 +101,17 @@ def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir,
     assert sorted(record["trained_task_hashes"]) == sorted(task_hash(t) for t in TRAIN_TASKS)
 
     again = obsspec(
-        "train-wm", "--eval-only", "--model", str(out), "--data", str(eval_run), "--json"
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert set(json.loads(again.stdout)) >= EVAL_KEYS
+        "train-wm", "--eval-only", "--model", str(out), "--data", str(eval_run), "--json",
+        "--fail-under", "cascade_match_rate=0.5", "--fail-over", "turns=11",
+    )  # fmt: skip
+    assert again.returncode == 3, again.stderr[-3000:]  # the turns gate fails: 12 > 11
+    report = json.loads(again.stdout)
+    assert set(report) - {"gates"} == report_keys() and set(report) >= EVAL_KEYS
+    assert [(g["key"], g["passed"]) for g in report["gates"]] == [
+        ("cascade_match_rate", True),
+        ("turns", False),
+    ]
+    assert "gate FAILED: turns <= 11, measured 12" in again.stderr
 
     seen = obsspec("train-wm", "--eval-only", "--model", str(out), "--data", str(train_run))
     assert seen.returncode == 1 and "was in the model's training data" in seen.stderr
