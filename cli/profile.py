@@ -30,6 +30,8 @@ from cli.gate_options import (
     parse_gate_flags,
 )
 from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
+from cli.markdown import gate_table, markdown
+from cli.profile_compare import SummaryOption, check_summary, compare
 from cli.profile_simulate import simulate
 from cli.profile_view import concurrency_table, figures_table, printer
 from cli.speculation_options import (
@@ -42,6 +44,7 @@ from cli.speculation_options import (
 
 app = typer.Typer(no_args_is_help=False)
 app.command("simulate")(simulate)
+app.command("compare")(compare)
 
 
 @app.callback(invoke_without_command=True)
@@ -87,6 +90,7 @@ def profile(
     network: NetworkOption = None,
     fail_under: FailUnderOption = None,
     fail_over: FailOverOption = None,
+    summary: SummaryOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -105,7 +109,9 @@ def profile(
     `obsspec profile simulate --calibrate OUT` then says where speculation would pay.
 
     In CI: --fail-under latency_reduction=0.05 --fail-over tokens_wasted_fraction=0.5 exits 3
-    when a figure misses its bound (one line per gate on stderr; "gates" in --json).
+    when a figure misses its bound (one line per gate on stderr; "gates" in --json);
+    --summary markdown prints the tables for a CI job's summary page; `obsspec profile
+    compare OLD NEW` fails on a significant regression between two profiles.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -116,6 +122,7 @@ def profile(
 
     levels = None if concurrency is None else parse_levels(concurrency)  # before any setup
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
+    check_summary(summary, json_output)
     settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
     speculation = drop_unset(
         {"world_model": world_model, **speculation_flags(depth, breadth, gate)}
@@ -147,12 +154,16 @@ def profile(
         err.print("interrupted: nothing was written to report.json")
         raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
     report = gated(report, gates)
+    levels = concurrency_table(report) if len(report["by_concurrency"]) > 1 else None
     if json_output:
         emit_json(report)
+    elif summary:
+        text = markdown(figures_table(report), levels, gate_table(report))
+        out.print(text, markup=False, highlight=False)
     else:
         out.print(figures_table(report))
-        if len(report["by_concurrency"]) > 1:
-            out.print(concurrency_table(report))
+        if levels is not None:
+            out.print(levels)
         if profile_config.out is not None:
             out.print(f"report: {profile_config.out / 'report.html'} (figures: report.json)")
     exit_on_failed_gate(report)
