@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from cli.profile_compare import read_report
 from obsspec.errors import ConfigError
 from obsspec.profile.compare import compare_reports
 from tests.cli.test_cli import obsspec
@@ -108,9 +109,8 @@ def test_the_cli_exits_3_on_a_regression_and_prints_markdown(tmp_path):
     passed = obsspec("profile", "compare", str(old), str(same), "--json")
     assert passed.returncode == 0, passed.stderr
     assert json.loads(passed.stdout)["regressions"] == []
-    missing = obsspec("profile", "compare", str(old), str(tmp_path / "nowhere"))
-    assert (
-        missing.returncode == 1
-        and "NEW" in missing.stderr
-        and "no profile report" in (missing.stderr)
-    )
+    with pytest.raises(ConfigError, match=r"NEW .*nowhere: no profile report"):
+        read_report(tmp_path / "nowhere", "NEW")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="not a profile report"):
+        read_report(tmp_path / "list.json", "OLD")
