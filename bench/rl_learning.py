@@ -13,6 +13,8 @@ and across the arms:
                                   interval from resampling steps: an interval holding 0 means
                                   the curves are statistically indistinguishable
     rollout_time_ratio            spec rollout seconds / seq rollout seconds (< 1: faster)
+    rollout_saved_s               seconds a step's rollout saved, mean over steps, with a 95%
+                                  interval from resampling steps
 
 Usage (examples/rl_cpu_learning.toml says how its tasks and models are made):
 
@@ -44,7 +46,8 @@ def run_arm(args, out: Path, extra: list[str]) -> None:
     command += ["--tasks", args.tasks, "--policy", args.policy, "--world-model", args.world_model]
     command += ["--resume"] if (out / "checkpoints").is_dir() else []
     print("$ obsspec " + " ".join(command[1:] + extra), file=sys.stderr, flush=True)
-    subprocess.run(command + extra, check=True, cwd=ROOT)
+    # its tables go to stderr: stdout is this script's one JSON object
+    subprocess.run(command + extra, check=True, cwd=ROOT, stdout=sys.stderr)
 
 
 def steps_of(config: str) -> int:
@@ -101,11 +104,15 @@ def compare(spec: list[dict], seq: list[dict]) -> dict:
     steps = min(len(spec), len(seq))
     gaps = [spec[i]["success_rate"] - seq[i]["success_rate"] for i in range(steps)]
     rollout = [sum(row["rollout_seconds"] for row in arm[:steps]) for arm in (spec, seq)]
+    saved = [seq[i]["rollout_seconds"] - spec[i]["rollout_seconds"] for i in range(steps)]
     return {
         "steps_compared": steps,
         "curve_gap": statistics.fmean(gaps),
         "curve_gap_ci95": interval(gaps, statistics.fmean),
         "rollout_time_ratio": rollout[0] / rollout[1],
+        # seconds a step's rollout saved with speculation (seq - spec), mean over steps
+        "rollout_saved_s": statistics.fmean(saved),
+        "rollout_saved_s_ci95": interval(saved, statistics.fmean),
         "spec_match_rate": [row["spec_match_rate"] for row in spec[:steps]],
     }
 
