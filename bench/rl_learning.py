@@ -70,10 +70,18 @@ def outcomes(rows: list[dict]) -> list[int]:
     return episodes
 
 
-def interval(values: list, statistic, *, resamples: int = 4000, seed: int = 0) -> list[float]:
-    rng = random.Random(seed)
-    draws = sorted(statistic([rng.choice(values) for _ in values]) for _ in range(resamples))
+RESAMPLES = 4000
+
+
+def percentile_interval(draw, resamples: int = RESAMPLES) -> list[float]:
+    """The 95% percentile interval of `resamples` bootstrap draws (draw() gives one)."""
+    draws = sorted(draw() for _ in range(resamples))
     return [draws[int(0.025 * resamples)], draws[int(0.975 * resamples) - 1]]
+
+
+def interval(values: list, statistic, *, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return percentile_interval(lambda: statistic([rng.choice(values) for _ in values]))
 
 
 def arm_figures(rows: list[dict], window: int) -> dict:
@@ -85,7 +93,6 @@ def arm_figures(rows: list[dict], window: int) -> dict:
             rng.choices(first, k=len(first))
         )
 
-    lifts = sorted(lift_draw() for _ in range(4000))
     return {
         "steps": len(rows),
         "success_per_step": [row["success_rate"] for row in rows],
@@ -94,7 +101,7 @@ def arm_figures(rows: list[dict], window: int) -> dict:
         "success_last": statistics.fmean(last),
         "success_last_ci95": interval(last, statistics.fmean),
         "lift": statistics.fmean(last) - statistics.fmean(first),
-        "lift_ci95": [lifts[100], lifts[3899]],
+        "lift_ci95": percentile_interval(lift_draw),
         "rollout_seconds": sum(row["rollout_seconds"] for row in rows),
         "step_seconds": sum(row["step_seconds"] for row in rows),
     }

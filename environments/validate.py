@@ -189,15 +189,18 @@ def summarize(reports: list[TaskValidation]) -> dict:
     least SLOW_SOLUTION_S."""
     seconds = [r.solution_seconds for r in reports if r.solution_seconds is not None]
     families = sorted({r.family for r in reports if r.family})
+    solution_pass = sum(r.solution_reward == 1.0 for r in reports)
+    noop_fail = sum(r.noop_reward == 0.0 for r in reports)
+    ok = sum(r.ok for r in reports)
     return {
         "tasks": len(reports),
-        "solution_pass": sum(r.solution_reward == 1.0 for r in reports),
-        "noop_fail": sum(r.noop_reward == 0.0 for r in reports),
-        "ok": sum(r.ok for r in reports),
+        "solution_pass": solution_pass,
+        "noop_fail": noop_fail,
+        "ok": ok,
         # shares of the tasks, for CI gates (--fail-under solution_pass_rate=1)
-        "solution_pass_rate": share(sum(r.solution_reward == 1.0 for r in reports), reports),
-        "noop_fail_rate": share(sum(r.noop_reward == 0.0 for r in reports), reports),
-        "ok_rate": share(sum(r.ok for r in reports), reports),
+        "solution_pass_rate": share(solution_pass, reports),
+        "noop_fail_rate": share(noop_fail, reports),
+        "ok_rate": share(ok, reports),
         "families": families,
         "solution_commands": len(seconds),
         "slow_command_share": round(sum(s >= SLOW_SOLUTION_S for s in seconds) / len(seconds), 3)
