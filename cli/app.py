@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli import collect, doctor, env, episode, exits, models, profile, rl, sft, train_wm
+from cli import collect, doctor, env, episode, exits, export, models, profile, rl, sft, train_wm
 from cli.common import json_stdout, show_config_warnings
 from obsspec import __version__
 
@@ -30,6 +30,7 @@ app.command("collect")(collect.collect)
 app.command("train-wm")(train_wm.train_wm)
 app.command("sft")(sft.sft)
 app.command("rl")(rl.rl)
+app.command("export")(export.export)
 app.add_typer(profile.app, name="profile")
 
 

@@ -16,6 +16,8 @@
     │                               the episode ends with that reason)
     ├── TrainingError               training cannot go on: a non-finite gradient or loss
     │                               (obsspec.train)
+    ├── HubError                    a Hugging Face hub could not be used: offline, no
+    │                               token, unreachable, or it refused (retryable; obsspec.hub)
     └── EnvironmentFailure          anything that touches a sandbox (environments.errors):
         ├── DockerUnavailable       no Docker daemon answers
         ├── ImageBuildError         an image could not be built (carries the log tail)
@@ -85,3 +87,10 @@ class ContextLengthError(EngineError):
 
 class TrainingError(ObsspecError):
     """Training could not go on (a non-finite gradient or loss); the same settings fail again."""
+
+
+class HubError(ObsspecError):
+    """A Hugging Face hub could not be used (offline mode, no token, no connection, or it
+    refused the request); the same command may work where the hub is reachable."""
+
+    retryable = True
