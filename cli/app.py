@@ -19,7 +19,7 @@ app = typer.Typer(
     epilog=exits.EPILOG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode="rich",
 )
 app.add_typer(models.app, name="models")

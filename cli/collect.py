@@ -18,6 +18,8 @@ from cli.common import (
     ImageMapOption,
     JsonOption,
     NetworkOption,
+    SetOption,
+    config_sets,
     drop_unset,
     emit_json,
     err,
@@ -135,6 +137,7 @@ def collect(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Run episodes of a policy on tasks and store them as a Hugging Face dataset.
 
@@ -149,7 +152,10 @@ def collect(
     from obsspec.rollout.collect import collect as run_collection
     from obsspec.rollout.config import load_collect_config
 
-    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
+    sets = config_sets(set_keys)
+    settings = global_config(
+        config, cache_dir, sets=sets, table="collect", image_map=image_map, runs_tasks=True
+    )
     limits = {
         "max_turns": max_turns,
         "max_tokens": max_tokens,
@@ -180,7 +186,7 @@ def collect(
     }
     flags = drop_unset(flags)
     collect_config = load_collect_config(
-        config, flags, default_policy=settings.default_model, images=settings.images
+        config, flags, default_policy=settings.default_model, images=settings.images, sets=sets
     )
 
     view = CollectView()

@@ -16,6 +16,12 @@ from rich.markup import escape
 
 from environments.sandbox import NetworkPolicy
 from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
+from obsspec.overrides import Key, Overrides, parse_setting
+
+try:  # typer >= 0.20 ships its own copy of click
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover
+    from click import get_current_context
 
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
 # `--json` output can be piped into other tools untouched.
@@ -29,8 +35,32 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="TOML config file; flags override its values.",
+        help="Config file, TOML or YAML (.yaml, .yml); --set and flags override its values.",
         dir_okay=False,
+        rich_help_panel="Configuration",
+    ),
+]
+
+
+def check_set_entries(entries: list[str] | None) -> list[str] | None:
+    """--set's entries as typed; a malformed one is a usage error naming --set."""
+    for entry in entries or []:
+        try:
+            parse_setting(entry)
+        except ValueError as e:
+            raise typer.BadParameter(f"{entry!r}: {e}") from None
+    return entries
+
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Set a config key, e.g. grpo.lr=1e-6: KEY as in the command's \\[table] of "
+        "--config, or a shared key (default_model); VALUE as TOML, else text. Repeatable; "
+        "overrides --config; a flag for the same key as well is an error.",
+        callback=check_set_entries,
         rich_help_panel="Configuration",
     ),
 ]
@@ -87,17 +117,52 @@ def global_config(
     config_file: Path | None,
     cache_dir: Path | None = None,
     *,
+    sets: Overrides | None = None,
+    table: str | None = None,
     image_map: list[str] | None = None,
     runs_tasks: bool = False,
 ) -> GlobalConfig:
-    """Defaults < config file < the flags the user actually set. Commands that run tasks
-    (runs_tasks) also take OBSSPEC_IMAGE_MAP, which --image-map entries override."""
+    """Defaults < config file < --set < the flags the user actually set. A command with its
+    own table in the file (table) leaves the --set keys that are not shared to that table's
+    loader. Commands that run tasks (runs_tasks) also take OBSSPEC_IMAGE_MAP, which
+    --image-map entries override."""
     overrides: dict[str, Any] = {}
     if cache_dir is not None:
         overrides["paths"] = {"cache_dir": cache_dir.expanduser()}
     if runs_tasks and (mapped := image_map_overrides(image_map)):
         overrides["images"] = {"map": mapped}
-    return load_global_config(config_file, overrides)
+    return load_global_config(config_file, overrides, sets, table=table)
+
+
+def config_sets(entries: list[str] | None) -> Overrides:
+    """--set's entries, parsed, able to name the flag typed here that sets a key too."""
+    return Overrides.parse(entries or [], flag_for=typed_flag)
+
+
+def typed_flag(key: Key) -> str | None:
+    """The flag typed on this command line that most likely set config key `key`: the one
+    whose name shares most words with it (--lr: grpo.lr, --workers:
+    placement.rollout_workers, --no-cotrain: cotrain.enabled); None when none shares one."""
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return None
+    wanted = [word for part in key for word in part.split("_")]
+    best, most = None, 0
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if param.name == "set_keys" or getattr(source, "name", None) != "COMMANDLINE":
+            continue
+        words = [w for w in param.name.split("_") if w != "no"]
+        shared = sum(any(alike(w, k) for k in wanted) for w in words)
+        if shared > most:
+            best, most = max(param.opts, key=len), shared
+    return best
+
+
+def alike(a: str, b: str) -> bool:
+    """The same word, or one of its forms (image, images; speculate, speculation)."""
+    n = min(len(a), len(b), 5)
+    return a[:n] == b[:n]
 
 
 def task_access_flags(image_map: list[str] | None, network: NetworkPolicy | None) -> dict:

@@ -6,7 +6,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cli.common import CacheDirOption, ConfigOption, JsonOption, emit_json, err, global_config, out
+from cli.common import (
+    CacheDirOption,
+    ConfigOption,
+    JsonOption,
+    SetOption,
+    config_sets,
+    emit_json,
+    err,
+    global_config,
+    out,
+)
 
 STYLE = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
 
@@ -15,6 +25,7 @@ def doctor(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Check Python, torch, vLLM, Ray, the Docker daemon, the base image and the default model.
 
@@ -22,7 +33,7 @@ def doctor(
     """
     from obsspec.doctor import all_ok, run_checks
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, sets=config_sets(set_keys))
     if json_output:
         checks = run_checks(settings)
     else:

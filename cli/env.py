@@ -12,6 +12,8 @@ from cli import env_tasks
 from cli.common import (
     ConfigOption,
     JsonOption,
+    SetOption,
+    config_sets,
     emit_json,
     err,
     global_config,
@@ -106,6 +108,7 @@ def run(
     ] = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Run one shell command in a fresh sandbox container and print its output.
 
@@ -117,7 +120,7 @@ def run(
     from environments.oneshot import run_once
     from environments.sandbox import SandboxLimits
 
-    settings = global_config(config)
+    settings = global_config(config, sets=config_sets(set_keys))
     image = image or settings.base_image
     shell_command = " ".join(command)
     chosen = {"cpus": cpus, "memory_mb": memory_mb, "pids": pids}
@@ -198,6 +201,7 @@ def bench(
     image: Annotated[str | None, typer.Option("--image", help="Image \\[default: base].")] = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Time our sandbox against plain Docker: command round trip and sandbox acquisition."""
     import asyncio
@@ -205,7 +209,7 @@ def bench(
     from environments.bench import run_bench
     from environments.gc import run_scope
 
-    settings = global_config(config)
+    settings = global_config(config, sets=config_sets(set_keys))
     with run_scope("bench") as (client, run_id):
         result = asyncio.run(
             run_bench(client, image or settings.base_image, run_id, n_exec=n, n_acquire=starts)

@@ -16,6 +16,8 @@ from cli.common import (
     ImageMapOption,
     JsonOption,
     NetworkOption,
+    SetOption,
+    config_sets,
     emit_json,
     err,
     global_config,
@@ -70,6 +72,7 @@ def validate(
     fail_over: FailOverOption = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Check every task: the reference solution must get reward 1, doing nothing reward 0.
 
@@ -84,7 +87,9 @@ def validate(
 
     gates = parse_gate_flags(fail_under, fail_over, summarize([]))
 
-    settings = global_config(config, image_map=image_map, runs_tasks=True)
+    settings = global_config(
+        config, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
+    )
     loaded, broken = load_or_report(tasks)
     network = network or NetworkPolicy.none
     warn_denied_internet([t for t in loaded if denied_internet(t.limits, network)])
@@ -218,6 +223,7 @@ def shell(
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """A persistent shell in a task's sandbox, for humans debugging tasks.
 
@@ -227,7 +233,9 @@ def shell(
     """
     if (task is None) == (image is None):
         raise typer.BadParameter("give a task directory or --image, not both")
-    settings = global_config(config, image_map=image_map, runs_tasks=True)
+    settings = global_config(
+        config, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
+    )
     network = network or NetworkPolicy.none
     asyncio.run(_shell(task, image, solution, verify_after, timeout, settings, network))
 

@@ -14,6 +14,8 @@ from cli.common import (
     ImageMapOption,
     JsonOption,
     NetworkOption,
+    SetOption,
+    config_sets,
     emit_json,
     global_config,
     progress_printer,
@@ -58,6 +60,7 @@ def episode(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Run one episode and print its transcript: every reply, command and observation.
 
@@ -68,7 +71,9 @@ def episode(
     from obsspec.agent.transcript import format_transcript
     from obsspec.rollout.single import watch_episode
 
-    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
+    settings = global_config(
+        config, cache_dir, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
+    )
     limits = EpisodeLimits(
         max_turns=max_turns,
         max_tokens=max_tokens,

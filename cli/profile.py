@@ -15,6 +15,8 @@ from cli.common import (
     ImageMapOption,
     JsonOption,
     NetworkOption,
+    SetOption,
+    config_sets,
     drop_unset,
     emit_json,
     err,
@@ -94,6 +96,7 @@ def profile(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Run the same episodes sequentially, speculatively and with an oracle, and compare.
 
@@ -123,7 +126,10 @@ def profile(
     levels = None if concurrency is None else parse_levels(concurrency)  # before any setup
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
     check_summary(summary, json_output)
-    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
+    sets = config_sets(set_keys)
+    settings = global_config(
+        config, cache_dir, sets=sets, table="profile", image_map=image_map, runs_tasks=True
+    )
     speculation = drop_unset(
         {"world_model": world_model, **speculation_flags(depth, breadth, gate)}
     )
@@ -144,7 +150,7 @@ def profile(
         }
     )
     profile_config = load_profile_config(
-        config, flags, default_policy=settings.default_model, images=settings.images
+        config, flags, default_policy=settings.default_model, images=settings.images, sets=sets
     )
     try:
         report = asyncio.run(

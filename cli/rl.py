@@ -16,6 +16,8 @@ from cli.common import (
     ImageMapOption,
     JsonOption,
     NetworkOption,
+    SetOption,
+    config_sets,
     drop_unset,
     emit_json,
     err,
@@ -131,6 +133,7 @@ def rl(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Train a policy with GRPO on speculative rollouts, co-training the world model.
 
@@ -144,7 +147,10 @@ def rl(
     from obsspec.rl.config import load_rl_config
     from obsspec.rl.driver import run_rl
 
-    settings = global_config(config, cache_dir, image_map=image_map, runs_tasks=True)
+    sets = config_sets(set_keys)
+    settings = global_config(
+        config, cache_dir, sets=sets, table="rl", image_map=image_map, runs_tasks=True
+    )
     flags: dict[str, Any] = {
         "tasks": tasks,
         "out": out_dir,
@@ -163,7 +169,11 @@ def rl(
         **task_access_flags(image_map, network),
     }
     rl_config = load_rl_config(
-        config, drop_unset(flags), default_policy=settings.default_model, images=settings.images
+        config,
+        drop_unset(flags),
+        default_policy=settings.default_model,
+        images=settings.images,
+        sets=sets,
     )
     view = RLView()
     live = not json_output and err.is_terminal

@@ -11,6 +11,8 @@ from cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
+    SetOption,
+    config_sets,
     drop_unset,
     global_config,
     progress_printer,
@@ -114,6 +116,7 @@ def sft(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Fine-tune a policy on the replies of collected episodes (loss on its own tokens).
 
@@ -136,7 +139,8 @@ def sft(
     from obsspec.sft.evaluate import evaluate_policy
     from obsspec.sft.training import train_policy
 
-    settings = global_config(config, cache_dir)
+    sets = config_sets(set_keys)
+    settings = global_config(config, cache_dir, sets=sets, table="sft")
     evaluation = drop_unset(
         {
             "tasks": eval_tasks,
@@ -148,7 +152,12 @@ def sft(
     if eval_only:
         flags = {"model": model, "base": base, "eval": evaluation}
         eval_config = load_pipeline_config(
-            EvalPolicyConfig, "sft", config, drop_unset(flags), required={"model": "--model"}
+            EvalPolicyConfig,
+            "sft",
+            config,
+            drop_unset(flags),
+            required={"model": "--model"},
+            sets=sets,
         )
         with TrainView(live=not json_output) as view:
             emit = emitter(view.on_episodes, progress_printer())
@@ -174,6 +183,7 @@ def sft(
         drop_unset(flags),
         required={"data": "--data", "out": "--out"},
         defaults={"base": settings.default_model},
+        sets=sets,
     )
 
     def run(view, note):

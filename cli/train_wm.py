@@ -11,6 +11,8 @@ from cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
+    SetOption,
+    config_sets,
     drop_unset,
     global_config,
     progress_printer,
@@ -102,6 +104,7 @@ def train_wm(
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
+    set_keys: SetOption = None,
 ) -> None:
     """Fine-tune a causal LM to predict command output; measure its exact match.
 
@@ -132,7 +135,8 @@ def train_wm(
             "(train, then `obsspec train-wm --eval-only --model OUT ...` with the gates)"
         )
 
-    settings = global_config(config, cache_dir)
+    sets = config_sets(set_keys)
+    settings = global_config(config, cache_dir, sets=sets, table="train_wm")
     split = {
         "data": data or None,
         "eval_data": eval_data or None,
@@ -146,6 +150,7 @@ def train_wm(
             config,
             drop_unset(flags),
             required={"data": "--data", "model": "--model"},
+            sets=sets,
         )
         with TrainView(live=not json_output) as view:
             report = evaluate_world_model(
@@ -172,6 +177,7 @@ def train_wm(
         drop_unset(flags),
         required={"data": "--data", "out": "--out"},
         defaults={"base": settings.default_model},
+        sets=sets,
     )
 
     def run(view, note):

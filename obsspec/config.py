@@ -1,8 +1,15 @@
-"""Typed settings shared by every command, and the TOML loading that all configs use.
+"""Typed settings shared by every command, and the loading that all configs use.
 
-Settings come from, in increasing precedence: defaults, a TOML file given with `--config`,
-and flags the user actually set. Nothing is read from ad-hoc environment variables; the CLI
-edge resolves the home directory and passes concrete paths in.
+Settings come from, in increasing precedence: defaults, a TOML or YAML file given with
+`--config`, `--set KEY=VALUE` entries (Overrides), and flags the user actually set; a key
+given both by --set and by a flag is an error naming both. Nothing is read from ad-hoc
+environment variables; the CLI edge resolves the home directory and passes concrete paths in.
+
+A --set KEY names a key of the command's own table (for `rl`, grpo.lr is [rl.grpo] lr) or,
+where its first part is one (paths, base_image, default_model, images), a shared setting; a
+command without a table takes only shared ones. `images` is both for the commands whose table
+has it (collect, rl, profile): the shared map is their table's default. How entries are
+parsed, and reported when a model refuses one: obsspec.overrides.
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from obsspec.errors import ConfigError
+from obsspec.overrides import SET, Overrides, deep_merge, unknown_key
 
 DEFAULT_BASE_IMAGE = "obsspec/base:latest"
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -73,17 +82,39 @@ class GlobalConfig(StrictModel):
     )
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """Read a TOML file, turning every failure into a ConfigError that names the file."""
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A --config file: YAML for .yaml and .yml, else TOML, with the same structure (each
+    table a top-level mapping). Every failure is a ConfigError that names the file."""
     try:
         with path.open("rb") as f:
-            return tomllib.load(f)
+            return read_yaml(f, path) if path.suffix.lower() in YAML_SUFFIXES else tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from e
+
+
+def read_yaml(stream: Any, path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(stream)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from e
+    if data is None:  # an empty file, as an empty TOML file
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {path}: the top level must be a mapping of tables "
+            f"(rl:, collect:, ...), not a {type(data).__name__}"
+        )
+    return data
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -118,26 +149,29 @@ def move_deprecated_keys(data: Any, keys: tuple[str, ...], *, section: str, into
     return data
 
 
-def validate_config(model: type[M], data: dict[str, Any], source: str) -> M:
-    """Build `model` from `data`, naming the source and the offending field on failure."""
+def validate_config(
+    model: type[M],
+    data: dict[str, Any],
+    source: str,
+    sets: Overrides | None = None,
+    table: str = "",
+) -> M:
+    """Build `model` from `data`, naming the source and the offending field on failure; a
+    field that a --set entry gave is reported as that entry (`table`: where the model is
+    read from, for the message; "" for the shared settings)."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        loc = tuple(str(p) for p in first["loc"])
+        field = ".".join(loc) or "(top level)"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{source}: field '{field}': {first['msg']}{more}") from e
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Merge nested dicts; values in `override` win. Neither input is modified."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+        entry = sets.entry_at(loc) if sets else None
+        if entry is None:
+            raise ConfigError(f"{source}: field '{field}': {first['msg']}{more}") from e
+        if first["type"] != "extra_forbidden":
+            raise ConfigError(f"{SET} {entry.text}: field '{field}': {first['msg']}{more}") from e
+        raise ConfigError(f"{SET} {entry.text}: {unknown_key(model, loc, table)}{more}") from e
 
 
 def first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -152,18 +186,27 @@ def first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 def load_global_config(
-    config_file: Path | None = None, overrides: dict[str, Any] | None = None
+    config_file: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    sets: Overrides | None = None,
+    *,
+    table: str | None = None,
 ) -> GlobalConfig:
-    """Defaults, then the TOML file's keys, then flag overrides (only those the user set)."""
-    data: dict[str, Any] = read_toml(config_file) if config_file else {}
+    """Defaults, then the file's keys, then --set's, then flag overrides (only those the
+    user set). `table`: the command's own table, whose loader takes the --set keys that are
+    not shared settings; None: every --set key must be a shared one."""
+    data: dict[str, Any] = read_config_file(config_file) if config_file else {}
     unknown = sorted(set(data) - set(GlobalConfig.model_fields) - set(PIPELINE_SECTIONS))
     if unknown:
         allowed = ", ".join([*GlobalConfig.model_fields, *PIPELINE_SECTIONS])
         raise ConfigError(f"{config_file}: unknown key '{unknown[0]}' (allowed: {allowed})")
     known = {k: v for k, v in data.items() if k in GlobalConfig.model_fields}
-    merged = deep_merge(known, overrides or {})
+    sets = sets or Overrides()
+    shared = sets if table is None else sets.only(GlobalConfig.model_fields)
+    shared.check_against(overrides or {}, "")
+    merged = deep_merge(deep_merge(known, shared.table()), overrides or {})
     source = str(config_file) if config_file else "flags"
-    return validate_config(GlobalConfig, merged, source)
+    return validate_config(GlobalConfig, merged, source, shared)
 
 
 def load_pipeline_config(
@@ -174,21 +217,26 @@ def load_pipeline_config(
     *,
     required: dict[str, str] | None = None,
     defaults: dict[str, Any] | None = None,
+    sets: Overrides | None = None,
 ) -> M:
-    """`defaults` < the `[section]` table of config_file (if any) < the flags the user set.
+    """`defaults` < the `[section]` table of config_file (if any) < `sets` < the flags the
+    user set.
 
     `required` maps settings that have no default to the flag that gives them, so a missing
     one is reported as the flag the user should pass. `defaults` are values known only at
-    run time (such as the global config's default model).
+    run time (such as the global config's default model). Of `sets`, this takes the keys of
+    the section and the unknown ones (an error), not the shared settings' (load_global_config).
     """
     data: dict[str, Any] = {}
     if config_file is not None:
-        data = read_toml(config_file).get(section, {})
+        data = read_config_file(config_file).get(section, {})
         if not isinstance(data, dict):
             raise ConfigError(f"{config_file}: '{section}' must be a table")
-    merged = deep_merge(deep_merge(defaults or {}, data), flags)
+    own = (sets or Overrides()).besides(set(GlobalConfig.model_fields) - set(model.model_fields))
+    own.check_against(flags, f"[{section}] ")
+    merged = deep_merge(deep_merge(deep_merge(defaults or {}, data), own.table()), flags)
     for key, flag in (required or {}).items():
         if merged.get(key) in (None, [], ""):
             raise ConfigError(f"{flag} is required (or set {section}.{key} in --config)")
     source = f"{config_file} [{section}] and flags" if config_file else "flags"
-    return validate_config(model, merged, source)
+    return validate_config(model, merged, source, own, section)

@@ -67,5 +67,5 @@ class ProfileConfig(RolloutSettings):
 def load_profile_config(
     config_file: Path | None, flags: dict[str, Any], **defaults: Any
 ) -> ProfileConfig:
-    """defaults: default_policy and images (see load_rollout_config)."""
+    """defaults: default_policy, images and sets (see load_rollout_config)."""
     return load_rollout_config(ProfileConfig, config_file, flags, **defaults)

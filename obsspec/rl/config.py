@@ -226,5 +226,5 @@ class RLConfig(RolloutSettings):
 
 
 def load_rl_config(config_file: Path | None, flags: dict[str, Any], **defaults: Any) -> RLConfig:
-    """defaults: default_policy and images (see load_rollout_config)."""
+    """defaults: default_policy, images and sets (see load_rollout_config)."""
     return load_rollout_config(RLConfig, config_file, flags, **defaults)

@@ -27,6 +27,7 @@ from obsspec.config import (
     load_pipeline_config,
     move_deprecated_keys,
 )
+from obsspec.overrides import Overrides
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.types import longest_observation_chars
 
@@ -261,19 +262,21 @@ def load_rollout_config(
     *,
     default_policy: str = DEFAULT_MODEL,
     images: ImagesConfig | None = None,
+    sets: Overrides | None = None,
 ) -> R:
-    """The `[<model.section>]` table of config_file (if any), overlaid with the flags the
-    user set; the policy defaults to default_policy (the global config's default model), the
-    image map to images (the global config's, so that the run directory records the map used)."""
+    """The `[<model.section>]` table of config_file (if any), overlaid with the --set entries
+    of that table (sets), then the flags the user set; the policy defaults to default_policy
+    (the global config's default model), the image map to images (the global config's, so
+    that the run directory records the map used)."""
     defaults = {"policy": default_policy, **access_defaults(images)}
     required = model.required_flags
     return load_pipeline_config(
-        model, model.section, config_file, flags, required=required, defaults=defaults
+        model, model.section, config_file, flags, required=required, defaults=defaults, sets=sets
     )
 
 
 def load_collect_config(
     config_file: Path | None, flags: dict[str, Any], **defaults: Any
 ) -> CollectConfig:
-    """defaults: default_policy and images (see load_rollout_config)."""
+    """defaults: default_policy, images and sets (see load_rollout_config)."""
     return load_rollout_config(CollectConfig, config_file, flags, **defaults)
