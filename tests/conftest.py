@@ -9,6 +9,7 @@ does), in which case a missing capability is a failure: CI must not pass by skip
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -191,17 +192,25 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
-    """A real `vllm serve` (OpenAI-compatible) with the tiny model, served as 'tiny'."""
+    """A real `vllm serve` (OpenAI-compatible) with the tiny model, served as 'tiny', with
+    priority scheduling and vLLM's development endpoints (weight reload, /server_info)."""
+    log = tmp_path_factory.mktemp("serve") / "vllm.log"
+    with serve_tiny(tiny_model_dir, log, "--scheduling-policy", "priority") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_tiny(model_dir: Path, log: Path, *args: str):
+    """`vllm serve` of model_dir as 'tiny' on a free loopback port until the block ends."""
     import httpx
 
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "vllm.log"
     cmd = [
         sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        str(tiny_model_dir),
+        str(model_dir),
         "--served-model-name",
         "tiny",
         "--host",
@@ -213,12 +222,12 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         "--enforce-eager",
         "--kv-cache-memory-bytes",
         str(256 << 20),
-        "--scheduling-policy",
-        "priority",
         "--disable-uvicorn-access-log",
+        *args,
     ]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):

@@ -5,6 +5,12 @@ Contexts stay exact: prompts are sent as token ids, and the reply's token ids co
 rather than re-tokenising text). Per-token logprobs are requested too. Cancelling the awaiting
 task closes the HTTP request, which makes vLLM abort the request. Load comes from the
 server's Prometheus metrics, polled in the background.
+
+Requests carry priorities (speculative guesses wait behind real turns), but vLLM honours them
+only when started with `--scheduling-policy priority`; under its default first-come-first-
+served policy it ignores them without an error. `scheduling_policy()` asks the server (vLLM's
+`/server_info`, a development endpoint: VLLM_SERVER_DEV_MODE=1, which reloading weights
+needs as well) so that a session can refuse a server that would ignore them.
 """
 
 from __future__ import annotations
@@ -72,6 +78,18 @@ class OpenAIEngine:
         served = [m["id"] for m in response.json().get("data", [])]
         if self.model not in served:
             raise EngineError(f"{self.base_url} serves {served}, not {self.model!r}")
+
+    async def scheduling_policy(self) -> str | None:
+        """How the server orders waiting requests ('priority', 'fcfs'), or None when it does
+        not say (not vLLM, or vLLM without its development endpoints)."""
+        try:
+            response = await self._http.get("/server_info", params={"config_format": "json"})
+            if response.status_code != 200:
+                return None
+            policy = response.json()["vllm_config"]["scheduler_config"]["policy"]
+        except Exception:  # an answer we cannot read says nothing either way
+            return None
+        return str(policy) if policy else None
 
     async def generate(
         self,
@@ -158,7 +176,30 @@ class OpenAIEngine:
                 "start vLLM with VLLM_SERVER_DEV_MODE=1, or use the in-process "
                 "engine"
             )
+        # As the in-process engine does: cached prefixes hold keys and values the old weights
+        # computed, and a prompt that hit them would be continued from the old model's state.
+        await self.reset_prefix_cache()
         self.weight_version = version
+
+    async def reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
+        """Drop the server's cached prefixes. vLLM refuses (success false) while running
+        requests hold blocks, so it is retried for a while, then an EngineError."""
+        for _ in range(attempts):
+            response = await self._http.post("/reset_prefix_cache")
+            if response.status_code != 200:
+                raise EngineError(
+                    f"{self.base_url} cannot reset its prefix cache ({response.status_code}): "
+                    "the reloaded weights would be continued from the old ones' cached state",
+                    hint="start vLLM with VLLM_SERVER_DEV_MODE=1",
+                )
+            if response.json().get("success"):
+                return
+            await asyncio.sleep(wait_s)
+        raise EngineError(
+            f"{self.base_url} kept refusing to reset its prefix cache (requests still running "
+            f"after {attempts * wait_s:.0f} s); the reloaded weights would be continued from "
+            "the old ones' cached state"
+        )
 
     async def aclose(self) -> None:
         if self._poller is not None:

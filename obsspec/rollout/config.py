@@ -44,6 +44,12 @@ class EngineOptions(StrictModel):
         default=None, description="An OpenAI-compatible server URL instead of vLLM in process."
     )
     served_name: str | None = Field(default=None, description="Model name on the server.")
+    server_priority_check: bool = Field(
+        default=True,
+        description="With speculation through a server, refuse one that does not show it "
+        "orders requests by priority (vLLM: --scheduling-policy priority, seen through its "
+        "/server_info with VLLM_SERVER_DEV_MODE=1); false trusts the server unseen.",
+    )
     cpu_cores: str | None = Field(
         default=None,
         pattern=CORE_LIST,

@@ -2,6 +2,7 @@
 
     settings = engine_settings(model_dir, rollout, role="policy")      # or role="world_model"
     async with open_engine(rollout, model_dir) as engine: ...          # server or vLLM here
+    await require_priority_scheduling(engine, rollout)                 # speculating on a server
 
 The policy engine and the world model's engine share the context length; each has its own
 KV-cache size and cores. Both keep more sequence slots than the episodes in flight can ask
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from obsspec.errors import ConfigError
 from obsspec.inference.vllm_local import EngineSettings
 from obsspec.rollout.config import RolloutSettings
 
@@ -56,3 +58,32 @@ def open_world_model_engine(rollout: RolloutSettings, model_dir: Path, *, seed: 
     from obsspec.inference.vllm_local import LocalVLLMEngine
 
     return LocalVLLMEngine(engine_settings(model_dir, rollout, role="world_model", seed=seed))
+
+
+async def require_priority_scheduling(engine, rollout: RolloutSettings) -> None:
+    """Speculating through a server: the server must honour request priorities, or every
+    speculative guess competes with real turns as an equal (vLLM under its default policy
+    ignores priorities without an error), and speculation slows the rollouts it is meant
+    to speed up. Refused with the fix unless the server shows a priority scheduler."""
+    server = rollout.engine.server
+    if not server or not rollout.speculation.enabled or not rollout.engine.server_priority_check:
+        return
+    policy = await engine.scheduling_policy()
+    if policy == "priority":
+        return
+    trust = (
+        "or, if it does schedule by priority, set [engine] server_priority_check = false "
+        "(--set engine.server_priority_check=false); or run without speculation"
+    )
+    if policy is None:
+        raise ConfigError(
+            f"engine.server {server}: cannot tell whether it honours request priorities, "
+            "which speculation needs (its guesses must wait behind real turns)",
+            hint="start vLLM with VLLM_SERVER_DEV_MODE=1 (its /server_info shows its "
+            f"scheduler; reloading weights needs it too) and --scheduling-policy priority; {trust}",
+        )
+    raise ConfigError(
+        f"engine.server {server} schedules requests {policy!r}: it would ignore the "
+        "priorities that keep speculative guesses behind real turns",
+        hint=f"restart it with `vllm serve ... --scheduling-policy priority`; {trust}",
+    )

@@ -41,7 +41,11 @@ from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import RolloutSettings
-from obsspec.rollout.engines import open_engine, open_world_model_engine
+from obsspec.rollout.engines import (
+    open_engine,
+    open_world_model_engine,
+    require_priority_scheduling,
+)
 from obsspec.rollout.events import Event, Note
 from obsspec.rollout.policy import Policy, policy_model
 from obsspec.rollout.sandboxes import NoRunnableTask, TaskPools, build_images, require_images
@@ -164,6 +168,7 @@ class RolloutSession:
             engine = await self._stack.enter_async_context(
                 open_engine(settings, model_dir, seed=self.seed)
             )
+            await require_priority_scheduling(engine, settings)
         self._engine = engine
         return Policy(settings.policy, builder, engine, fmt)
 

@@ -1,13 +1,18 @@
 """A real `vllm serve` (OpenAI-compatible) on loopback with the tiny model."""
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from obsspec.errors import ContextLengthError, EngineError
+from obsspec.errors import ConfigError, ContextLengthError, EngineError
 from obsspec.inference.base import Sampling
 from obsspec.inference.openai_http import OpenAIEngine
+from obsspec.rollout.config import RolloutSettings
+from obsspec.rollout.engines import require_priority_scheduling
 from tests.helpers import chat_ids
+
+FIXTURE_TASK = Path(__file__).parents[1] / "fixtures" / "tasks" / "harbor-greeting"
 
 pytestmark = pytest.mark.vllm
 
@@ -60,3 +65,81 @@ async def test_load_is_polled_and_cancel_frees_the_server(vllm_server, tiny_mode
             if remote.stats().running + remote.stats().waiting == 0:
                 break
         assert remote.stats().running + remote.stats().waiting == 0
+
+
+@pytest.fixture(scope="module")
+def fcfs_server(tiny_model_dir, tmp_path_factory):
+    """A second real server, under vLLM's default first-come-first-served scheduling."""
+    from tests.conftest import serve_tiny
+
+    with serve_tiny(tiny_model_dir, tmp_path_factory.mktemp("fcfs") / "vllm.log") as url:
+        yield url
+
+
+def speculating_through(server: str, *, check: bool = True) -> RolloutSettings:
+    return RolloutSettings.model_validate(
+        {
+            "policy": "tiny",
+            "speculation": {"enabled": True},
+            "engine": {"server": server, "served_name": "tiny", "server_priority_check": check},
+        }
+    )
+
+
+async def test_a_server_that_ignores_priorities_is_refused_with_the_fix(vllm_server, fcfs_server):
+    async with OpenAIEngine(vllm_server, "tiny") as remote:
+        assert await remote.scheduling_policy() == "priority"
+        await require_priority_scheduling(remote, speculating_through(vllm_server))
+    async with OpenAIEngine(fcfs_server, "tiny") as remote:
+        assert await remote.scheduling_policy() == "fcfs"
+        with pytest.raises(ConfigError, match="'fcfs'") as refused:
+            await require_priority_scheduling(remote, speculating_through(fcfs_server))
+        assert "--scheduling-policy priority" in refused.value.hint
+        # the user's word, when asked for, is taken; so is a session that does not speculate
+        await require_priority_scheduling(remote, speculating_through(fcfs_server, check=False))
+        sequential = speculating_through(fcfs_server).with_speculation(enabled=False)
+        await require_priority_scheduling(remote, sequential)
+    silent = OpenAIEngine("http://127.0.0.1:9", "tiny")  # nothing there: it cannot say
+    try:
+        assert await silent.scheduling_policy() is None
+        with pytest.raises(ConfigError, match="cannot tell") as unknown:
+            await require_priority_scheduling(silent, speculating_through("http://127.0.0.1:9"))
+        assert "VLLM_SERVER_DEV_MODE=1" in unknown.value.hint
+    finally:
+        await silent.aclose()
+
+
+@pytest.mark.docker
+def test_collect_speculating_through_a_fcfs_server_stops_before_any_episode(
+    fcfs_server, tiny_model_dir, tmp_path
+):
+    from tests.cli.test_cli import obsspec
+
+    config = tmp_path / "served.toml"
+    config.write_text('[collect.engine]\nserved_name = "tiny"\n')
+    result = obsspec(
+        "collect",
+        "--config",
+        str(config),
+        "--tasks",
+        str(FIXTURE_TASK),
+        "--policy",
+        str(tiny_model_dir),
+        "--server",
+        fcfs_server,
+        "--speculate",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    assert result.returncode == 1, result.stderr
+    assert "'fcfs'" in result.stderr and "--scheduling-policy priority" in result.stderr
+    assert not list((tmp_path / "run").glob("**/*.parquet"))  # not one episode was played
+
+
+async def test_reload_resets_the_server_prefix_cache(vllm_server, tiny_model_dir):
+    prompt = chat_ids(tiny_model_dir, "ls")
+    async with OpenAIEngine(vllm_server, "tiny") as remote:
+        before = await remote.generate(prompt, Sampling(max_tokens=6))
+        await remote.load_weights(tiny_model_dir, 7)  # the same weights, reloaded
+        after = await remote.generate(prompt, Sampling(max_tokens=6))
+    assert after.weight_version == 7 and after.token_ids == before.token_ids
