@@ -35,6 +35,9 @@ METRIC = re.compile(r"^vllm:num_requests_(running|waiting)\{[^}]*\} ([0-9.e+]+)$
 
 
 class OpenAIEngine:
+    """An Engine over the completions API of the server at base_url serving `model`; an async
+    context manager that checks the server answers and serves it."""
+
     def __init__(
         self,
         base_url: str,

@@ -39,6 +39,8 @@ class ScriptedRequest:
 
 
 class ScriptedEngine:
+    """An Engine whose reply is reply(context text), tokenised and ended as a model's turn."""
+
     def __init__(
         self,
         tokenizer,

@@ -1,0 +1,201 @@
+"""obsspec as a library: speculative episodes inside another RL stack's rollout function.
+
+    from obsspec import api
+
+    speculator = api.Speculator(api.load_tokenizer(policy_dir), world_model=wm_engine)
+    trajectory = await speculator.play(api.load_task(task_dir), sandboxes, policy_engine, seed=7)
+    trajectory.context_ids, trajectory.mask, trajectory.logprobs   # what a trainer learns from
+    trajectory.reward                                               # the task's verifier's
+    api.speculation_records(trajectory)      # per command turn: matched, source, tokens ahead
+    api.speculation_summary(trajectories)    # pooled: match rates, tokens wasted, overlap
+
+What the caller brings, each a small protocol:
+
+    policy_engine  an Engine: `generate(prompt_ids, sampling, *, request_id, priority,
+                   progress)`, `stats()`, `load_weights(dir, version)`, `aclose()`. Ours:
+                   LocalVLLMEngine (vLLM in process), OpenAIEngine (a server such as `vllm
+                   serve`, which must return token ids), ScriptedEngine (deterministic, tests)
+    wm_engine      the world model's Engine (any of the same), or None: the state cache and
+                   shell rules only
+    sandboxes      a SandboxProvider: `acquire() -> Sandbox` and `release(sandbox)`; a Sandbox
+                   runs commands (`run`, `run_fresh`), copies files in (`upload`), reads them
+                   back (`read_file`) and closes (`aclose`); see environments.sandbox_protocol.
+                   Ours: DockerSandboxPool (warm Docker containers of a task's image) and
+                   FakeSandboxPool (in memory)
+    a task         api.load_task(dir): a Harbor or built-in task directory (instruction,
+                   environment, tests, solution)
+
+Lossless: a speculative reply is kept only when the predicted observation equalled the real
+one exactly, so a trajectory is token for token the one a sequential rollout with the same
+seed gives; `speculate=False` plays that sequential rollout. One Speculator is meant to be
+shared by every episode of a batch: its state cache answers a command a sibling episode
+already ran in the same state, and its gate learns where speculation pays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
+
+from environments.errors import SandboxError
+from environments.fake_sandbox import FakeSandbox, FakeSandboxPool
+from environments.sandbox import SandboxLimits
+from environments.sandbox_protocol import Sandbox, SandboxProvider
+from environments.tasks.load import load_task
+from environments.tasks.model import Task
+from obsspec.agent.context import ChatContextBuilder
+from obsspec.agent.episode import EpisodeLimits, run_episode
+from obsspec.agent.protocol import observation_role
+from obsspec.inference.base import Engine, Generation, Sampling
+from obsspec.inference.openai_http import OpenAIEngine
+from obsspec.inference.scripted import ScriptedEngine
+from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+from obsspec.models.tokenizer import load_tokenizer
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
+from obsspec.speculation.totals import SpeculationTotals
+from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
+from obsspec.types import ExecResult, longest_observation_chars
+
+__all__ = [
+    "Engine",
+    "EngineSettings",
+    "EpisodeLimits",
+    "ExecResult",
+    "FakeSandbox",
+    "FakeSandboxPool",
+    "Generation",
+    "LocalVLLMEngine",
+    "OpenAIEngine",
+    "Sampling",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxProvider",
+    "ScriptedEngine",
+    "SpeculationRecord",
+    "SpeculationSettings",
+    "Speculator",
+    "Task",
+    "Trajectory",
+    "Turn",
+    "docker_sandboxes",
+    "load_task",
+    "load_tokenizer",
+    "speculation_records",
+    "speculation_summary",
+    "task_image",
+]
+
+
+class Speculator:
+    """Plays episodes speculatively on the caller's engines and sandboxes.
+
+    tokenizer      the policy's (transformers) tokenizer: contexts are built with its chat
+                   template, exactly as the policy engine will see them
+    world_model    the world model's Engine, or None (state cache and rules only); it must
+                   share the policy's tokenizer
+    limits         turns, tokens per reply, temperature, action format (EpisodeLimits)
+    settings       depth, breadth, gate, prediction timeout (SpeculationSettings)
+    wm_max_tokens  the world model's longest answer [default: the longest observation the
+                   policy can be shown, capped at 4096]; an answer cut off is no answer
+    model          the name recorded in each trajectory
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        world_model: Engine | None = None,
+        limits: EpisodeLimits | None = None,
+        settings: SpeculationSettings | None = None,
+        threshold: float = 0.5,
+        wm_max_tokens: int | None = None,
+        model: str = "",
+    ) -> None:
+        from world_model.cascade import default_cascade
+        from world_model.lm import LMPredictor
+        from world_model.prompt import WorldModelPrompt
+
+        self.limits = limits or EpisodeLimits()
+        self.builder = ChatContextBuilder(tokenizer, observation_role(self.limits.action_format))
+        self.model = model
+        lm = None
+        if world_model is not None:
+            longest = longest_observation_chars(self.limits.observation_max_chars) + 1
+            answer = wm_max_tokens or min(longest, 4096)
+            lm = LMPredictor(world_model, WorldModelPrompt(self.builder), max_tokens=answer)
+        self.loop = SpeculativeLoop(default_cascade(lm, threshold), settings=settings)
+
+    async def play(
+        self,
+        task: Task,
+        sandboxes: SandboxProvider,
+        policy: Engine,
+        *,
+        seed: int = 0,
+        speculate: bool = True,
+    ) -> Trajectory:
+        """One episode of `task` in a sandbox from `sandboxes`, the policy on `policy`,
+        verified by the task's tests (trajectory.reward; None if the verifier could not run,
+        with trajectory.error saying why). Never raises for what happens inside the episode:
+        a failed sandbox or engine ends it with trajectory.error_kind set."""
+        loop = self.loop if speculate else None
+        return await run_episode(
+            task, sandboxes, policy, self.builder, self.limits, seed=seed, model=self.model,
+            loop=loop,
+        )  # fmt: skip
+
+
+def speculation_records(trajectory: Trajectory) -> list[tuple[str, SpeculationRecord]]:
+    """(command, record) for every command turn that was speculated on, in order."""
+    return [
+        (turn.command, turn.speculation)
+        for turn in trajectory.turns
+        if turn.speculation is not None
+    ]
+
+
+def speculation_summary(trajectories: Iterable[Trajectory]) -> dict:
+    """What speculation did over these episodes, pooled over their command turns: counts,
+    `match_rate_wm` (the world model alone, first guess: the paper's figure),
+    `match_rate_attempted`, `match_rate_used`, tokens ahead, committed and wasted, seconds
+    of overlap, and `lossless_violations` (always 0 unless there is a bug)."""
+    totals = sum((SpeculationTotals.of_turns(t.turns) for t in trajectories), SpeculationTotals())
+    return totals.summary()
+
+
+@contextlib.asynccontextmanager
+async def docker_sandboxes(
+    task: Task, *, size: int = 1, image_map: Mapping[str, str] | None = None
+) -> AsyncIterator[SandboxProvider]:
+    """A warm pool of Docker sandboxes of `task`'s image (built if needed, cached by the task's
+    content; `image_map` builds on local images where its Dockerfile says FROM a registry
+    image: {"python:3.13-slim": "obsspec/base"}); every container it started is removed
+    however the block ends:
+
+        async with api.docker_sandboxes(task, size=4) as sandboxes:
+            trajectories = await asyncio.gather(*(speculator.play(task, sandboxes, engine,
+                                                                  seed=s) for s in range(4)))
+    """
+    from environments.gc import run_scope
+    from environments.pool import SandboxPool
+
+    with run_scope("api") as (client, run_id):
+        image = await task_image(task, image_map=image_map)
+        async with SandboxPool(client, image, task.limits, size=size, run_id=run_id) as pool:
+            yield pool
+
+
+async def task_image(task: Task, *, image_map: Mapping[str, str] | None = None) -> str:
+    """The tag of `task`'s Docker image, built from its environment/ if no image of the same
+    content exists yet (`image_map`: as for docker_sandboxes); an ImageBuildError carries the
+    build log's tail."""
+    from environments.docker_api import connect
+    from environments.tasks.images import TaskImages
+
+    client = connect()
+    try:
+        return await TaskImages(client, image_map=image_map).ensure(task)
+    finally:
+        client.close()
