@@ -78,10 +78,16 @@ def bootstrap(
     return [values[int(0.025 * len(values))], values[int(0.975 * len(values)) - 1]]
 
 
+# Below this ceiling (half a percent of latency) the fraction of it is the ratio of two
+# numbers within noise of 0: an oracle policy's episodes (no generation to overlap) gave
+# -281% of a ceiling of 0.0%. None says there is no ceiling to be a fraction of.
+MIN_CEILING = 0.005
+
+
 def oracle_fraction(episodes: Sequence[ArmEpisodes]) -> float | None:
     possible = reduction(episodes, "oracle")
     achieved = reduction(episodes, "spec")
-    if possible is None or achieved is None or possible <= 0:
+    if possible is None or achieved is None or possible < MIN_CEILING:
         return None
     return achieved / possible
 

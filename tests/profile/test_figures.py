@@ -144,3 +144,15 @@ def test_the_three_match_rates_side_by_side_at_the_top_and_per_family():
     assert make["match_rate_attempted"] == 1.0 and make["match_rate_used"] == 1.0
     assert ls["match_rate_wm"] is None and ls["wm_asked"] == 0  # a cache hit, an exec-won
     assert ls["match_rate_attempted"] == 0.5 and ls["match_rate_used"] == 1.0
+
+
+def test_no_fraction_of_a_ceiling_within_noise_of_zero():
+    """An oracle policy's profile: the arms take the same time to within a hair, and the
+    ratio of two numbers near 0 (-281% once) is no figure."""
+    flat = [
+        ArmEpisodes(seq=row(10.0, []), spec=row(10.001, []), oracle=row(9.9999, []))
+        for _ in range(3)
+    ]
+    figures = profile_figures(flat)
+    assert abs(figures["oracle_latency_reduction"]) < 0.001
+    assert figures["oracle_fraction"] is None
