@@ -114,7 +114,7 @@ def test_configuration_page_lists_every_key_of_every_table():
 
 # Top to bottom; a module may import its own layer or any layer below it, never one above.
 LAYERS = [
-    ("cli", "bench"),
+    ("cli", "bench", "obsspec.api"),  # obsspec.api: the facade for embedding, as high as the CLI
     ("obsspec.rl", "obsspec.profile", "obsspec.sft"),
     ("obsspec.rollout", "obsspec.doctor"),
     ("world_model",),
