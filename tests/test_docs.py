@@ -27,8 +27,10 @@ def relative_links(page: Path) -> list[str]:
 
 
 def test_readme_is_short():
+    # About 300 lines of set-up and commands, plus what issue 24 asks be shown whole: the CI
+    # workflow file (56 lines) and the embedding example.
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) < 346, f"README.md has {len(lines)} lines; move detail into docs/"
+    assert len(lines) < 366, f"README.md has {len(lines)} lines; move detail into docs/"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
