@@ -95,6 +95,17 @@ NetworkOption = Annotated[
         rich_help_panel=SANDBOX,
     ),
 ]
+WandbProjectOption = Annotated[
+    str | None,
+    typer.Option(
+        "--wandb-project",
+        metavar="NAME",
+        help="Also log every step's figures to this Weights & Biases project (needs "
+        "pip install 'obsspec\\[wandb]'; WANDB_MODE=offline logs locally). Entity and run "
+        "name: the command's wandb table in --config, e.g. \\[rl.wandb].",
+        rich_help_panel="Logging",
+    ),
+]
 
 
 def json_flag(value: bool) -> bool:

@@ -17,6 +17,7 @@ from cli.common import (
     JsonOption,
     NetworkOption,
     SetOption,
+    WandbProjectOption,
     config_sets,
     drop_unset,
     emit_json,
@@ -130,6 +131,7 @@ def rl(
     ] = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    wandb_project: WandbProjectOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -166,6 +168,7 @@ def rl(
         "grpo": drop_unset({"group_size": group_size, "tasks_per_step": tasks_per_step, "lr": lr}),
         "cotrain": {"enabled": False} if no_cotrain else {},
         "placement": drop_unset({"rollout_workers": workers, "ray_address": ray_address}),
+        "wandb": drop_unset({"project": wandb_project}),
         **task_access_flags(image_map, network),
     }
     rl_config = load_rl_config(

@@ -12,6 +12,7 @@ from cli.common import (
     ConfigOption,
     JsonOption,
     SetOption,
+    WandbProjectOption,
     config_sets,
     drop_unset,
     global_config,
@@ -113,6 +114,7 @@ def sft(
             "--no-eval", help="Skip the evaluation after training.", rich_help_panel=EVALUATION
         ),
     ] = False,
+    wandb_project: WandbProjectOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -135,10 +137,13 @@ def sft(
     limits) live in the \\[sft] table of --config.
     """
     from obsspec.config import load_pipeline_config
+    from obsspec.errors import ConfigError
     from obsspec.sft.config import EvalPolicyConfig, SFTConfig
     from obsspec.sft.evaluate import evaluate_policy
     from obsspec.sft.training import train_policy
 
+    if wandb_project and eval_only:
+        raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
     sets = config_sets(set_keys)
     settings = global_config(config, cache_dir, sets=sets, table="sft")
     evaluation = drop_unset(
@@ -174,6 +179,7 @@ def sft(
         "overwrite": overwrite or None,
         "evaluate": False if no_eval else None,
         "train": trainer,
+        "wandb": drop_unset({"project": wandb_project}),
         "eval": evaluation,
     }
     sft_config = load_pipeline_config(

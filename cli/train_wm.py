@@ -12,6 +12,7 @@ from cli.common import (
     ConfigOption,
     JsonOption,
     SetOption,
+    WandbProjectOption,
     config_sets,
     drop_unset,
     global_config,
@@ -101,6 +102,7 @@ def train_wm(
     ] = False,
     fail_under: FailUnderOption = None,
     fail_over: FailOverOption = None,
+    wandb_project: WandbProjectOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -129,6 +131,8 @@ def train_wm(
     from world_model.training import evaluate_world_model, train_world_model
 
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
+    if wandb_project and eval_only:
+        raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
     if gates and not eval_only:
         raise ConfigError(
             "--fail-under/--fail-over gate an evaluation: use them with --eval-only "
@@ -169,6 +173,7 @@ def train_wm(
         "overwrite": overwrite or None,
         "evaluate": False if no_eval else None,
         "train": trainer,
+        "wandb": drop_unset({"project": wandb_project}),
     }
     train_config = load_pipeline_config(
         TrainWMConfig,

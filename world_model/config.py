@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from obsspec.config import StrictModel
+from obsspec.tracking import WandbSettings
 from obsspec.train.config import TrainSettings
 
 
@@ -53,6 +54,10 @@ class TrainWMConfig(SplitSettings):
     eval: EvalSettings = Field(default_factory=EvalSettings, description="The evaluation.")
     evaluate: bool = Field(
         default=True, description="Evaluate exact match on held-out turns after training."
+    )
+    wandb: WandbSettings = Field(
+        default_factory=WandbSettings,
+        description="Weights & Biases logging (off unless a project is set).",
     )
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from pathlib import Path
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.tracking import require_wandb, wandb_logger
 from obsspec.train import distributed
 from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.fresh import call_in_fresh_process
@@ -54,6 +55,7 @@ def train_world_model(
     on_prediction: Callable[[int, int], None] = lambda done, total: None,
 ) -> dict:
 
+    require_wandb(config.wandb)  # before any work
     base = resolve_model(config.base, models_dir)
     families = set(config.held_out_families) if config.held_out_families else None
     data = load_data(
@@ -83,6 +85,13 @@ def train_world_model(
         settings=config.train,
         held_out=held_out.sequences,
         progress=on_step,
+        open_logger=lambda: wandb_logger(
+            config.wandb,
+            config.out,
+            config.model_dump(mode="json"),
+            resume=config.resume,
+            prefix="train_wm",
+        ),
     )
     record = {
         "kind": "world_model",

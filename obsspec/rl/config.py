@@ -32,6 +32,7 @@ from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import DEFAULT_MODEL, StrictModel
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 from obsspec.speculation.gate import GateSettings
+from obsspec.tracking import WandbSettings
 from world_model.config import CotrainSettings
 
 
@@ -170,6 +171,10 @@ class RLConfig(RolloutSettings):
     checkpoint_every: int = Field(default=5, ge=1, description="Checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk.")
     tensorboard: bool = Field(default=True, description="Also log metrics for TensorBoard.")
+    wandb: WandbSettings = Field(
+        default_factory=WandbSettings,
+        description="Weights & Biases logging (off unless a project is set).",
+    )
     resume: bool = Field(default=False, description="Continue OUT from its last checkpoint.")
     overwrite: bool = Field(default=False, description="Replace a run already in OUT.")
 

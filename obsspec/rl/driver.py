@@ -12,7 +12,8 @@
                   then their groups masked
         train     the policy's GRPO update and the world model's co-training, side by side
         sync      both trainers save weights; every engine reloads them in place
-        record    one metrics row (metrics.jsonl, TensorBoard); a checkpoint every N steps
+        record    one metrics row (metrics.jsonl, TensorBoard, W&B when asked for); a
+                  checkpoint every N steps
     stop the roles (engines, containers) and Ray, whatever ended the run
 
 A step is all or nothing: its metrics row is written after it finished, and checkpoints are
@@ -47,6 +48,7 @@ from obsspec.rollout.plan import load_task_set
 from obsspec.rollout.ray_workers import actor_result, init_ray
 from obsspec.rollout.rundir import now
 from obsspec.rollout.speculation import check_world_model
+from obsspec.tracking import WandbLogger, require_wandb, wandb_logger
 
 OnEvent = Callable[[Event], None]
 POLL_S = 0.5
@@ -58,6 +60,7 @@ class RLRunError(ObsspecError):
 
 
 async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda _: None) -> dict:
+    require_wandb(config.wandb)  # before any work
     bases = (
         resolve_model(config.policy, models_dir),
         resolve_model(config.world_model, models_dir),
@@ -83,7 +86,8 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
             run.keep_steps_through(done)
             state.begin(len(tasks))
             try:
-                await state.run(ray, models_dir, tasks, bases)
+                with state.open_wandb() as wandb:
+                    await state.run(ray, models_dir, tasks, bases, wandb)
             except BaseException as e:
                 stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
                 state.finish("interrupted" if stopped else "failed", error=str(e))
@@ -148,7 +152,17 @@ class Loop:
         checkpoint = self.checkpoint and self.checkpoint.name
         self.on_event(RunStarted(self.done + 1, config.steps, tasks, workers, checkpoint))
 
-    async def run(self, ray, models_dir: Path, tasks, bases) -> None:
+    def open_wandb(self) -> contextlib.AbstractContextManager[WandbLogger | None]:
+        """The run's W&B run (the same one when resumed), or None without a project."""
+        return wandb_logger(
+            self.config.wandb,
+            self.run_dir.root,
+            self.manifest["config"],
+            resume=self.config.resume,
+            prefix="rl",
+        )
+
+    async def run(self, ray, models_dir: Path, tasks, bases, wandb: WandbLogger | None) -> None:
         if self.checkpoint is not None:
             self.version = self.read_version()
         skipped = await build_images_here(ray, self.config, tasks)
@@ -166,10 +180,11 @@ class Loop:
             runnable = [t.id for t in tasks if t.id not in skipped]
             if self.config.tensorboard:
                 board = TensorBoard(self.run_dir.root / "tensorboard", self.done)
+            writers = [w for w in (board, wandb) if w is not None]
             for index in range(self.done, self.config.steps):
                 self.step = index + 1
                 row = await self.one_step(ray, roles, runnable, index)
-                self.record(row, board)
+                self.record(row, writers)
                 if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
                     await self.save_checkpoint(ray, roles)
         finally:
@@ -309,10 +324,10 @@ class Loop:
         self.manifest["last_checkpoint"] = self.checkpoint.name
         self.run_dir.write_manifest(self.manifest)
 
-    def record(self, row: dict, board: TensorBoard | None) -> None:
+    def record(self, row: dict, writers: list[TensorBoard | WandbLogger]) -> None:
         self.run_dir.append_metrics(row)
-        if board is not None:
-            board.add(row)
+        for writer in writers:
+            writer.add(row)
         self.done = self.step
         self.last_row = row
         self.manifest["steps_done"] = self.done

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from obsspec.config import StrictModel
 from obsspec.errors import ConfigError
 from obsspec.rollout.config import EngineOptions
+from obsspec.tracking import WandbSettings
 from obsspec.train.config import TrainSettings
 
 
@@ -48,6 +49,10 @@ class SFTConfig(StrictModel):
         default_factory=PolicyEvalSettings, description="The evaluation."
     )
     evaluate: bool = Field(default=True, description="Evaluate on eval.tasks after training.")
+    wandb: WandbSettings = Field(
+        default_factory=WandbSettings,
+        description="Weights & Biases logging (off unless a project is set).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SFTConfig:

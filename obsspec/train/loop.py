@@ -19,7 +19,8 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -243,14 +244,31 @@ def train_into(
     *,
     overwrite: bool,
     resume: bool,
+    progress: Callable[[StepProgress], None] = lambda _: None,
+    open_logger: Callable[[], AbstractContextManager[Any]] = nullcontext,
     **train_args,
 ) -> TrainOutcome:
     """train() into OUT, which rank 0 first checks: a non-empty OUT is refused unless resumed
-    or overwritten (checkpoint.prepare_out)."""
-    if distributed.current().main:
+    or overwritten (checkpoint.prepare_out). Then rank 0 opens open_logger() (a writer with
+    add(row), or None: obsspec.tracking.wandb_logger) for the training, given every step."""
+    main = distributed.current().main
+    if main:
         prepare_out(out, resume=resume, overwrite=overwrite)
     distributed.barrier()
-    return train(out=out, resume=resume, **train_args)
+    with open_logger() if main else nullcontext() as logger:
+        if logger is not None:
+            progress = logged(progress, logger)
+        return train(out=out, resume=resume, progress=progress, **train_args)
+
+
+def logged(progress: Callable[[StepProgress], None], logger) -> Callable[[StepProgress], None]:
+    """progress, and each step's figures as a row to logger.add."""
+
+    def both(step: StepProgress) -> None:
+        progress(step)
+        logger.add({k: v for k, v in asdict(step).items() if k != "total_steps"})
+
+    return both
 
 
 def train_step(

@@ -5,7 +5,8 @@ each run costs minutes: the reference runs uninterrupted with its policy trainer
 two ranks (FSDP2 on gloo); the other runs the config as shipped (one trainer process), is
 stopped during step 2 by a killed rollout worker and resumed. Both must finish complete, the
 same steps within float rounding (one process learns what two ranks learn, and a resume
-repeats what was not finished). Faults that stop a run before its first step run on their own.
+repeats what was not finished); the second logs to W&B too, offline, its resume to the same W&B
+run. Faults that stop a run before its first step run on their own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from obsspec.rl.run_files import METRIC_KEYS
 from tests.cli.test_cli import OBSSPEC, obsspec
 from tests.rl.conftest import EXAMPLE, TINY_FLAGS
+from tests.test_tracking import offline_runs
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.ray]
 
@@ -33,13 +35,19 @@ LEARNED = ("reward_mean", "reward_std", "success_rate", "policy_loss", "clip_fra
 
 
 def rl(tasks: Path, policy: Path, out: Path, *extra: str, config: Path = EXAMPLE,
-       timeout: float = 600):  # fmt: skip
+       timeout: float = 600, env: dict | None = None):  # fmt: skip
     flags = list(TINY_FLAGS)
     flags[flags.index(str(EXAMPLE))] = str(config)
     return obsspec(
         "rl", *flags, "--tasks", str(tasks), "--policy", str(policy), "--out", str(out),
-        *extra, timeout=timeout,
+        *extra, timeout=timeout, env=env,
     )  # fmt: skip
+
+
+def offline_wandb(out: Path) -> dict[str, str]:
+    """W&B logging offline, into OUT's sibling wandb/ (tests/test_tracking.py reads it)."""
+    (out.parent / "wandb").mkdir(exist_ok=True)
+    return {"WANDB_MODE": "offline", "WANDB_DIR": str(out.parent / "wandb")}
 
 
 def metrics(out: Path) -> list[dict]:
@@ -79,8 +87,12 @@ def killed_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Killed:
     checkpointed."""
     out = tmp_path_factory.mktemp("rl") / "killed"
     args = [OBSSPEC, "rl", *TINY_FLAGS, "--tasks", str(rl_tasks), "--policy",
-            str(warm_tiny_policy), "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            str(warm_tiny_policy), "--out", str(out),
+            "--wandb-project", "obsspec-test"]  # fmt: skip
+    env = {**os.environ, **offline_wandb(out)}
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         deadline = time.monotonic() + 300
         while not (out / "checkpoints" / "step-00000001").is_dir():
@@ -99,7 +111,10 @@ def killed_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Killed:
 
 @pytest.fixture(scope="module")
 def resumed_run(killed_run, rl_tasks, warm_tiny_policy) -> Path:
-    resumed = rl(rl_tasks, warm_tiny_policy, killed_run.out, "--resume")
+    resumed = rl(
+        rl_tasks, warm_tiny_policy, killed_run.out, "--resume", "--wandb-project", "obsspec-test",
+        env=offline_wandb(killed_run.out),
+    )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return killed_run.out
 
@@ -186,6 +201,17 @@ def test_a_run_killed_mid_step_stops_clearly_and_resumes_the_same_steps(
     other = rl(rl_tasks, warm_tiny_policy, resumed_run, "--resume", "--lr", "1e-3")
     assert other.returncode == 1
     assert "grpo.lr" in other.stderr and "other settings" in other.stderr
+
+
+def test_wandb_marks_the_killed_run_failed_and_the_resume_continues_it(killed_run, resumed_run):
+    failed, resumed = offline_runs(resumed_run.parent / "wandb")
+    assert failed.id == resumed.id == json.loads((resumed_run / "wandb-run.json").read_text())["id"]
+    assert (failed.exit_code, resumed.exit_code) == (1, 0)
+    assert [row["step"] for row in failed.history + resumed.history] == [1, 2, 3]
+    last = metrics(resumed_run)[-1]
+    assert resumed.history[-1]["rl/reward_mean"] == pytest.approx(last["reward_mean"])
+    assert resumed.config["run_dir"] == str(resumed_run.resolve())
+    assert resumed.config["resume"] is True and failed.config["steps"] == 3
 
 
 def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(reference_run, resumed_run):

@@ -20,6 +20,7 @@ from obsspec.sft.evaluate import evaluate_policy
 from obsspec.sft.training import train_policy
 from obsspec.train.sequences import Sample, pack
 from tests.cli.test_cli import obsspec
+from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, steps_for, write_run
 from world_model.data import load_data
 
@@ -179,15 +180,20 @@ def test_sft_command_trains_and_evaluates_policy_and_base(oracle_run, tiny_model
     eval_tasks = greeting_tasks(tmp_path / "eval-tasks", ["greet-c", "greet-d"], user="Grace")
     config = tmp_path / "sft.toml"
     config.write_text("[sft.eval]\nmax_turns = 2\nmax_tokens = 16\n")
-    out = tmp_path / "policy"
+    out, wandb_dir = tmp_path / "policy", tmp_path / "wandb"
+    wandb_dir.mkdir()
     args = ["--eval-tasks", str(eval_tasks), "--config", str(config), "--json"]
     result = obsspec(
         "sft", "--data", str(oracle_run), "--base", str(tiny_model_dir), "--out", str(out),
-        "--max-steps", "2", "--batch-tokens", "4096", *args, timeout=900,
+        "--max-steps", "2", "--batch-tokens", "4096", "--wandb-project", "obsspec-test", *args,
+        timeout=900, env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["steps"] == 2 and summary["data"]["turns"] == 6  # 2 x (2 commands + done)
+    (logged,) = offline_runs(wandb_dir)  # the training steps, to W&B too
+    assert [row["step"] for row in logged.history] == [1, 2] and logged.exit_code == 0
+    assert logged.history[-1]["sft/loss"] == pytest.approx(summary["last_loss"])
     evaluation = summary["evaluation"]
     assert evaluation.keys() >= EVAL_KEYS and evaluation["episodes"] == 2
     assert evaluation["base"]["episodes"] == 2 and evaluation["mean_turns"] <= 2

@@ -9,6 +9,7 @@ import pytest
 
 from obsspec.errors import ConfigError
 from tests.cli.test_cli import obsspec
+from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
 from world_model.config import TrainWMConfig
 from world_model.data import load_data, load_eval_data
@@ -80,15 +81,21 @@ def test_evaluation_leaves_out_the_tasks_the_model_learned(builder, tmp_path):
 def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir, tmp_path):
     train_run = make_run(tmp_path / "train", builder, TRAIN_TASKS, episodes=2)
     eval_run = make_run(tmp_path / "eval", builder, ["e-000", "f-000"], episodes=2)
-    out = tmp_path / "wm"
+    out, wandb_dir = tmp_path / "wm", tmp_path / "wandb"
+    wandb_dir.mkdir()
     trained = obsspec(
         "train-wm", "--data", str(train_run), "--eval-data", str(eval_run),
         "--base", str(tiny_model_dir), "--out", str(out), "--epochs", "2", "--lr", "1e-3",
-        "--json", timeout=900,
+        "--wandb-project", "obsspec-test", "--json", timeout=900,
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir)},
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
-    summary = json.loads(trained.stdout)
+    summary = json.loads(trained.stdout)  # wandb's own lines went to stderr
     assert summary["steps"] >= 2 and summary["eval_loss_after"] < summary["eval_loss_before"]
+    (logged,) = offline_runs(wandb_dir)  # every step, to W&B too
+    assert [row["step"] for row in logged.history] == list(range(1, summary["steps"] + 1))
+    assert logged.history[-1]["train_wm/loss"] == pytest.approx(summary["last_loss"])
+    assert logged.exit_code == 0 and logged.config["run_dir"] == str(out.resolve())
     evaluation = summary["evaluation"]
     assert set(evaluation) >= EVAL_KEYS and evaluation["turns"] == 12
     assert evaluation["over_max_tokens"] == 0  # answers may be as long as the longest turn
