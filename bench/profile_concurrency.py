@@ -105,10 +105,10 @@ def level_summary(figures: dict) -> dict:
 
 
 async def run(args, out: Path) -> dict:
+    from obsspec.cli.profile_view import printer
+    from obsspec.environments.suite.generate import generate
     from rich.console import Console
 
-    from cli.profile_view import printer
-    from environments.suite.generate import generate
     from obsspec.config import GlobalConfig
     from obsspec.profile.concurrency_plot import plot_by_concurrency
     from obsspec.profile.run import profile

@@ -82,7 +82,7 @@ def run_arm(args, root: Path, name: str, **arm) -> list[dict]:
 
 def builtin_tasks(out: Path) -> Path:
     """Slow-command tasks (CI stages that take seconds): where speculation can pay."""
-    from environments.suite.generate import generate
+    from obsspec.environments.suite.generate import generate
 
     if not out.is_dir():
         generate(out, n=4, seed=0, families=["workflow-ci"])

@@ -159,11 +159,12 @@ class Context:
 
 
 async def main(args) -> dict:
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.pool import SandboxPool
+    from obsspec.environments.sandbox import SandboxLimits
+    from obsspec.world_model.oracle import OraclePredictor
     from transformers import AutoTokenizer
 
-    from environments.gc import run_scope
-    from environments.pool import SandboxPool
-    from environments.sandbox import SandboxLimits
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.config import GlobalConfig
@@ -173,7 +174,6 @@ async def main(args) -> dict:
     from obsspec.speculation.gate import GateMode, GateSettings
     from obsspec.speculation.runner import SpeculativeLoop
     from obsspec.speculation.settings import SpeculationSettings
-    from world_model.oracle import OraclePredictor
 
     config = GlobalConfig()
     model = resolve_model(args.model, config.paths.models_dir)

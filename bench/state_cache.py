@@ -102,10 +102,10 @@ async def play_group(
 
 
 def cascades() -> dict:
-    from world_model.cache import CachePredictor
-    from world_model.cascade import CascadePredictor, default_cascade
-    from world_model.rules import RulePredictor
-    from world_model.state_cache import StateCachePredictor
+    from obsspec.world_model.cache import CachePredictor
+    from obsspec.world_model.cascade import CascadePredictor, default_cascade
+    from obsspec.world_model.rules import RulePredictor
+    from obsspec.world_model.state_cache import StateCachePredictor
 
     return {
         "context_cache": lambda: CascadePredictor([CachePredictor(), RulePredictor()]),
@@ -166,10 +166,10 @@ async def measure(pool, builder, *, size: int, seconds_per_token: float) -> dict
 
 
 async def main(args) -> dict:
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.pool import SandboxPool
     from transformers import AutoTokenizer
 
-    from environments.gc import run_scope
-    from environments.pool import SandboxPool
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.config import GlobalConfig
     from obsspec.models.registry import resolve_model

@@ -7,9 +7,21 @@ import sys
 from typing import Annotated
 
 import typer
+from obsspec.cli import (
+    collect,
+    doctor,
+    env,
+    episode,
+    exits,
+    export,
+    models,
+    profile,
+    rl,
+    sft,
+    train_wm,
+)
+from obsspec.cli.common import json_stdout, show_config_warnings
 
-from cli import collect, doctor, env, episode, exits, export, models, profile, rl, sft, train_wm
-from cli.common import json_stdout, show_config_warnings
 from obsspec import __version__
 
 app = typer.Typer(

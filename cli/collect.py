@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-
-from cli.collect_view import CollectView, plain_line, summary_table
-from cli.common import (
+from obsspec.cli.collect_view import CollectView, plain_line, summary_table
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     ImageMapOption,
@@ -28,8 +27,8 @@ from cli.common import (
     out,
     task_access_flags,
 )
-from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
-from cli.speculation_options import (
+from obsspec.cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
+from obsspec.cli.speculation_options import (
     SPECULATION,
     BreadthOption,
     DepthOption,
@@ -37,6 +36,7 @@ from cli.speculation_options import (
     WorldModelOption,
     speculation_flags,
 )
+
 from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import Incomplete, ObsspecError
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from obsspec.environments.sandbox import NetworkPolicy
 from rich.console import Console
 from rich.markup import escape
 
-from environments.sandbox import NetworkPolicy
 from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
 from obsspec.overrides import Key, Overrides, parse_setting
 
@@ -188,7 +188,7 @@ def task_access_flags(image_map: list[str] | None, network: NetworkPolicy | None
 def image_map_overrides(entries: list[str] | None) -> dict[str, str]:
     """OBSSPEC_IMAGE_MAP's entries, then --image-map's (a source named twice: the flag wins);
     a malformed entry is a ConfigError naming the variable or the flag."""
-    from environments.tasks.image_map import ENV_VAR, FLAG, parse_entries, parse_env_value
+    from obsspec.environments.tasks.image_map import ENV_VAR, FLAG, parse_entries, parse_env_value
 
     merged = parse_env_value(os.environ.get(ENV_VAR, ""))
     merged.update(parse_entries(entries or [], FLAG))

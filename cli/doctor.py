@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
-from rich.table import Table
-
-from cli.common import (
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
@@ -17,6 +14,8 @@ from cli.common import (
     global_config,
     out,
 )
+from rich.markup import escape
+from rich.table import Table
 
 STYLE = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
 

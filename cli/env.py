@@ -6,10 +6,8 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-
-from cli import env_tasks
-from cli.common import (
+from obsspec.cli import env_tasks
+from obsspec.cli.common import (
     ConfigOption,
     JsonOption,
     SetOption,
@@ -20,6 +18,7 @@ from cli.common import (
     out,
     progress_printer,
 )
+from rich.markup import escape
 
 app = typer.Typer(help="Sandboxes, images and tasks.", no_args_is_help=True)
 app.command("generate")(env_tasks.generate)
@@ -53,8 +52,8 @@ def build(
 
     Rebuilt only when its recipe (environments/images/base) changes.
     """
-    from environments.docker_api import connect
-    from environments.image import ensure_base_image
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.image import ensure_base_image
 
     client = connect()
     try:
@@ -116,9 +115,9 @@ def run(
     a sandbox's 1 core, 2048 MiB and 512 processes); each stream keeps its first and last
     256 KiB. Exits with the command's exit code (124 if it timed out).
     """
-    from environments.docker_api import connect
-    from environments.oneshot import run_once
-    from environments.sandbox import SandboxLimits
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.oneshot import run_once
+    from obsspec.environments.sandbox import SandboxLimits
 
     settings = global_config(config, sets=config_sets(set_keys))
     image = image or settings.base_image
@@ -166,8 +165,8 @@ def gc(
     json_output: JsonOption = False,
 ) -> None:
     """Remove sandbox containers (and their volumes) left behind by runs that died."""
-    from environments.docker_api import connect
-    from environments.gc import gc_containers, remove_task_images
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.gc import gc_containers, remove_task_images
 
     client = connect()
     try:
@@ -206,8 +205,8 @@ def bench(
     """Time our sandbox against plain Docker: command round trip and sandbox acquisition."""
     import asyncio
 
-    from environments.bench import run_bench
-    from environments.gc import run_scope
+    from obsspec.environments.bench import run_bench
+    from obsspec.environments.gc import run_scope
 
     settings = global_config(config, sets=config_sets(set_keys))
     with run_scope("bench") as (client, run_id):

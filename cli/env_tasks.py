@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
-
-from cli.common import (
+from obsspec.cli.common import (
     ConfigOption,
     ImageMapOption,
     JsonOption,
@@ -24,14 +21,16 @@ from cli.common import (
     out,
     progress_printer,
 )
-from cli.gate_options import (
+from obsspec.cli.gate_options import (
     FailOverOption,
     FailUnderOption,
     exit_on_failed_gate,
     gated,
     parse_gate_flags,
 )
-from environments.sandbox import NetworkPolicy, denied_internet
+from obsspec.environments.sandbox import NetworkPolicy, denied_internet
+from rich.table import Table
+from rich.text import Text
 
 
 def generate(
@@ -44,8 +43,8 @@ def generate(
     json_output: JsonOption = False,
 ) -> None:
     """Write N Harbor-format tasks from the built-in procedural families (round robin)."""
-    from environments.suite import FAMILIES
-    from environments.suite import generate as write_suite
+    from obsspec.environments.suite import FAMILIES
+    from obsspec.environments.suite import generate as write_suite
 
     chosen = [f.strip() for f in families.split(",") if f.strip()] if families else None
     try:
@@ -82,8 +81,8 @@ def validate(
     verifier's output. With gates (--fail-under solution_pass_rate=0.9), the gates decide
     instead: exit 3 when one fails, 0 when all pass.
     """
-    from environments.gc import run_scope
-    from environments.validate import summarize, validate_tasks
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.validate import summarize, validate_tasks
 
     gates = parse_gate_flags(fail_under, fail_over, summarize([]))
 
@@ -127,8 +126,8 @@ def validate(
 
 def load_or_report(spec: str):
     """The tasks that load, and a failed report for each task directory that does not."""
-    from environments.tasks.load import load_tasks_report
-    from environments.validate import TaskValidation
+    from obsspec.environments.tasks.load import load_tasks_report
+    from obsspec.environments.validate import TaskValidation
 
     loaded, broken = load_tasks_report(spec)
     return loaded, [TaskValidation(path.name, "", errors=[str(e)]) for path, e in broken]
@@ -241,10 +240,10 @@ def shell(
 
 
 async def _shell(task_dir, image, solution, verify_after, timeout, settings, network) -> None:
-    from environments.gc import run_scope
-    from environments.sandbox import DockerSandbox, SandboxLimits, with_network
-    from environments.tasks import load_task
-    from environments.tasks.images import TaskImages
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.sandbox import DockerSandbox, SandboxLimits, with_network
+    from obsspec.environments.tasks import load_task
+    from obsspec.environments.tasks.images import TaskImages
 
     task = load_task(task_dir) if task_dir else None
     with run_scope("shell") as (client, run_id):
@@ -261,8 +260,9 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
 async def _session(task, sb, solution, verify_after, timeout) -> None:
     """The reference solution as a script (if asked), then stdin's commands, then the
     verifier with its output."""
-    from environments.tasks.solution_run import run_solution_script
-    from environments.tasks.verifier import verify
+    from obsspec.environments.tasks.solution_run import run_solution_script
+    from obsspec.environments.tasks.verifier import verify
+
     from obsspec.types import render_observation
 
     if task is not None and solution:
@@ -290,7 +290,7 @@ def read_commands():
     """Commands from stdin, as a terminal reads them: a heredoc, a loop or an open quote takes
     the lines that finish it (environments.tasks.bash_commands.typed_commands). With a
     terminal, a `sandbox$` prompt, `>` on continuation lines, and Ctrl-D to end."""
-    from environments.tasks.bash_commands import typed_commands
+    from obsspec.environments.tasks.bash_commands import typed_commands
 
     interactive = sys.stdin.isatty()
 

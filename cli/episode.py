@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from cli.common import (
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     ImageMapOption,
@@ -20,7 +19,8 @@ from cli.common import (
     global_config,
     progress_printer,
 )
-from cli.common import out as console
+from obsspec.cli.common import out as console
+
 from obsspec.agent.protocol import ActionFormat
 
 
@@ -66,7 +66,8 @@ def episode(
 
     The policy sees exactly what it would during collection; nothing is stored.
     """
-    from environments.sandbox import NetworkPolicy
+    from obsspec.environments.sandbox import NetworkPolicy
+
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.agent.transcript import format_transcript
     from obsspec.rollout.single import watch_episode
@@ -96,7 +97,7 @@ def episode(
     if json_output:
         emit_json(trajectory.to_dict())
     else:
-        from environments.tasks import load_task
+        from obsspec.environments.tasks import load_task
 
         console.print(
             format_transcript(trajectory, load_task(task).instruction),

@@ -6,9 +6,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from obsspec.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    emit_json,
+    global_config,
+    json_stdout,
+    out,
+)
 from rich.markup import escape
 
-from cli.common import CacheDirOption, JsonOption, emit_json, global_config, json_stdout, out
 from obsspec.rollout.export import ExportFormat
 
 FILTERS = "Filters"

@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
-from cli.common import (
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
@@ -21,6 +19,7 @@ from cli.common import (
     out,
     progress_printer,
 )
+from rich.table import Table
 
 app = typer.Typer(
     help="Pull, list and make models (every model is a local HF directory).", no_args_is_help=True

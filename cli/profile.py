@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from cli.collect import stop_on_sigterm
-from cli.common import (
+from obsspec.cli.collect import stop_on_sigterm
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     ImageMapOption,
@@ -24,19 +23,19 @@ from cli.common import (
     out,
     task_access_flags,
 )
-from cli.gate_options import (
+from obsspec.cli.gate_options import (
     FailOverOption,
     FailUnderOption,
     exit_on_failed_gate,
     gated,
     parse_gate_flags,
 )
-from cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
-from cli.markdown import gate_table, markdown
-from cli.profile_compare import SummaryOption, check_summary, compare
-from cli.profile_simulate import simulate
-from cli.profile_view import concurrency_table, figures_table, printer
-from cli.speculation_options import (
+from obsspec.cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
+from obsspec.cli.markdown import gate_table, markdown
+from obsspec.cli.profile_compare import SummaryOption, check_summary, compare
+from obsspec.cli.profile_simulate import simulate
+from obsspec.cli.profile_view import concurrency_table, figures_table, printer
+from obsspec.cli.speculation_options import (
     BreadthOption,
     DepthOption,
     GateOption,

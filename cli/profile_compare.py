@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from obsspec.cli.common import JsonOption, emit_json, err, out
+from obsspec.cli.exits import GATE_FAILED
+from obsspec.cli.markdown import markdown
 from rich.table import Table
 
-from cli.common import JsonOption, emit_json, err, out
-from cli.exits import GATE_FAILED
-from cli.markdown import markdown
 from obsspec.errors import ConfigError
 
 SummaryOption = Annotated[

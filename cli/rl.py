@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from cli.collect import stop_on_sigterm
-from cli.common import (
+from obsspec.cli.collect import stop_on_sigterm
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     ImageMapOption,
@@ -26,7 +25,7 @@ from cli.common import (
     out,
     task_access_flags,
 )
-from cli.rl_view import RLView, plain_line, steps_table
+from obsspec.cli.rl_view import RLView, plain_line, steps_table
 
 RUN = "Run"
 GRPO = "GRPO"

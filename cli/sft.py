@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from cli.common import (
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
@@ -18,9 +17,9 @@ from cli.common import (
     global_config,
     progress_printer,
 )
-from cli.sft_view import render_evaluation, training_table
-from cli.train_view import TrainView
-from cli.training import (
+from obsspec.cli.sft_view import render_evaluation, training_table
+from obsspec.cli.train_view import TrainView
+from obsspec.cli.training import (
     BaseOption,
     BatchTokensOption,
     EpochsOption,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from obsspec.cli.common import err
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,8 +17,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
-
-from cli.common import err
 
 LINE_EVERY_S = 10.0
 

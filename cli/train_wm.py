@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from cli.common import (
+from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
     JsonOption,
@@ -18,16 +17,16 @@ from cli.common import (
     global_config,
     progress_printer,
 )
-from cli.gate_options import (
+from obsspec.cli.gate_options import (
     FailOverOption,
     FailUnderOption,
     exit_on_failed_gate,
     gated,
     parse_gate_flags,
 )
-from cli.train_view import TrainView
-from cli.train_wm_view import render_evaluation, training_table
-from cli.training import (
+from obsspec.cli.train_view import TrainView
+from obsspec.cli.train_wm_view import render_evaluation, training_table
+from obsspec.cli.training import (
     BaseOption,
     BatchTokensOption,
     EpochsOption,
@@ -124,11 +123,12 @@ def train_wm(
     \\[train_wm] table of --config. In CI, --eval-only with --fail-under
     match_rate_wm=0.4 exits 3 when the figure is below its bound.
     """
+    from obsspec.world_model.config import EvalWMConfig, TrainWMConfig
+    from obsspec.world_model.evaluate import report_keys
+    from obsspec.world_model.training import evaluate_world_model, train_world_model
+
     from obsspec.config import load_pipeline_config
     from obsspec.errors import ConfigError
-    from world_model.config import EvalWMConfig, TrainWMConfig
-    from world_model.evaluate import report_keys
-    from world_model.training import evaluate_world_model, train_world_model
 
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
     if wandb_project and eval_only:

@@ -3,10 +3,9 @@ object with --json (progress meanwhile: cli.train_view)."""
 
 from __future__ import annotations
 
+from obsspec.cli.common import emit_json, out
+from obsspec.cli.train_view import fmt, trainer_table
 from rich.table import Table
-
-from cli.common import emit_json, out
-from cli.train_view import fmt, trainer_table
 
 
 def training_table(summary: dict) -> Table:

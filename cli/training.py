@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-
-from cli.common import drop_unset, emit_json, out, progress_printer
-from cli.train_view import TrainView
+from obsspec.cli.common import drop_unset, emit_json, out, progress_printer
+from obsspec.cli.train_view import TrainView
 
 TRAINING = "Training"
 

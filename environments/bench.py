@@ -12,8 +12,8 @@ import asyncio
 import statistics
 import time
 
-from environments.pool import SandboxPool
-from environments.sandbox import DockerSandbox, SandboxLimits
+from obsspec.environments.pool import SandboxPool
+from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
 
 
 def p50(values: list[float]) -> float:

@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from environments.build import local_image
-from environments.errors import ImageBuildError
+from obsspec.environments.build import local_image
+from obsspec.environments.errors import ImageBuildError
 
 APT_DIR = Path("/etc/apt")
 BOOTSTRAP_REPO = "obsspec/bootstrap"

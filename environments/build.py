@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from environments.errors import ImageBuildError
+from obsspec.environments.errors import ImageBuildError
 
 LogFn = Callable[[str], None]
 TAIL_LINES = 20

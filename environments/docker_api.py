@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from environments.errors import DockerUnavailable
+from obsspec.environments.errors import DockerUnavailable
 
 START_HINT = (
     "start one: as root, `make setup` installs Debian's docker.io and starts dockerd "

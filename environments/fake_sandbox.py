@@ -25,9 +25,10 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
-from environments.errors import SandboxError
-from environments.sandbox import SandboxLimits
-from environments.sandbox_protocol import Sandbox
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.sandbox import SandboxLimits
+from obsspec.environments.sandbox_protocol import Sandbox
+
 from obsspec.types import ExecResult
 
 Output = str | ExecResult  # a text is stdout with exit code 0

@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from environments.docker_api import connect
-from environments.sandbox import LABEL_HOST, LABEL_PID, LABEL_RUN, remove_container
+from obsspec.environments.docker_api import connect
+from obsspec.environments.sandbox import LABEL_HOST, LABEL_PID, LABEL_RUN, remove_container
 
 
 @dataclass
@@ -70,8 +70,7 @@ def remove_task_images(client, *, dry_run: bool = False) -> list[str]:
     """Remove cached task images (obsspec-task/*) that no container uses; they are rebuilt
     on demand from their task directories."""
     import docker.errors
-
-    from environments.tasks.images import TASK_REPO
+    from obsspec.environments.tasks.images import TASK_REPO
 
     containers = client.containers.list(all=True, ignore_removed=True)
     in_use = {c.image.id for c in containers if c.image is not None}

@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from environments.bootstrap import bootstrap_image
-from environments.build import docker_build, local_image, tree_hash
-from environments.errors import ImageBuildError
+from obsspec.environments.bootstrap import bootstrap_image
+from obsspec.environments.build import docker_build, local_image, tree_hash
+from obsspec.environments.errors import ImageBuildError
 
 BASE_REPO = "obsspec/base"
 SUITE = "bookworm"
@@ -28,7 +28,7 @@ LogFn = Callable[[str], None]
 
 
 def recipe_dir() -> Path:
-    return Path(str(resources.files("environments") / "images" / "base"))
+    return Path(str(resources.files(__package__) / "images" / "base"))
 
 
 def recipe_hash(directory: Path | None = None) -> str:

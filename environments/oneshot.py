@@ -22,9 +22,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from environments.capture import CappedBuffer, FrameSplitter
-from environments.errors import SandboxError
-from environments.sandbox import SandboxLimits, container_options, remove_container_named
+from obsspec.environments.capture import CappedBuffer, FrameSplitter
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.sandbox import SandboxLimits, container_options, remove_container_named
 
 LABEL = "obsspec.oneshot"
 TIMEOUT_EXIT_CODE = 124

@@ -17,9 +17,9 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from environments.sandbox import DockerSandbox, SandboxLimits
-from environments.sandbox_protocol import Sandbox
-from environments.shell import ShellSettings
+from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
+from obsspec.environments.sandbox_protocol import Sandbox
+from obsspec.environments.shell import ShellSettings
 
 
 @dataclass

@@ -21,7 +21,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from environments.sandbox import SandboxLimits
+from obsspec.environments.sandbox import SandboxLimits
+
 from obsspec.types import ExecResult
 
 

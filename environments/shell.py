@@ -39,16 +39,17 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from environments.capture import MarkedStream
-from environments.containment import kill_all_command, parse_report
-from environments.errors import SandboxError
-from environments.shell_script import (
+from obsspec.environments.capture import MarkedStream
+from obsspec.environments.containment import kill_all_command, parse_report
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.shell_script import (
     INIT,
     bash_c_stderr,
     ended_exit_code,
     record,
     strip_job_notices,
 )
+
 from obsspec.types import ExecResult
 
 # Environment of every shell: what makes outputs depend on the command, not on the host.

@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from environments.errors import ImageBuildError, VerifierError
-from environments.sandbox import DockerSandbox, NetworkPolicy, with_network
-from environments.sandbox_protocol import Sandbox
-from environments.tasks.images import TaskImages
-from environments.tasks.model import Task
-from environments.tasks.solution_run import run_solution_script
-from environments.tasks.verifier import verify
+from obsspec.environments.errors import ImageBuildError, VerifierError
+from obsspec.environments.sandbox import DockerSandbox, NetworkPolicy, with_network
+from obsspec.environments.sandbox_protocol import Sandbox
+from obsspec.environments.tasks.images import TaskImages
+from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.solution_run import run_solution_script
+from obsspec.environments.tasks.verifier import verify
+
 from obsspec.errors import ObsspecError
 
 SLOW_SOLUTION_S = 1.0

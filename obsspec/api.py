@@ -37,15 +37,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 
-from environments.errors import SandboxError
-from environments.fake_sandbox import FakeSandbox, FakeSandboxPool
-from environments.sandbox import SandboxLimits
-from environments.sandbox_protocol import Sandbox, SandboxProvider
-from environments.tasks.load import load_task
-from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.agent.protocol import observation_role
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
+from obsspec.environments.sandbox import SandboxLimits
+from obsspec.environments.sandbox_protocol import Sandbox, SandboxProvider
+from obsspec.environments.tasks.load import load_task
+from obsspec.environments.tasks.model import Task
 from obsspec.inference.base import Engine, Generation, Sampling
 from obsspec.inference.openai_http import OpenAIEngine
 from obsspec.inference.scripted import ScriptedEngine
@@ -113,9 +113,9 @@ class Speculator:
         wm_max_tokens: int | None = None,
         model: str = "",
     ) -> None:
-        from world_model.cascade import default_cascade
-        from world_model.lm import LMPredictor
-        from world_model.prompt import WorldModelPrompt
+        from obsspec.world_model.cascade import default_cascade
+        from obsspec.world_model.lm import LMPredictor
+        from obsspec.world_model.prompt import WorldModelPrompt
 
         self.limits = limits or EpisodeLimits()
         self.builder = ChatContextBuilder(tokenizer, observation_role(self.limits.action_format))
@@ -178,8 +178,8 @@ async def docker_sandboxes(
             trajectories = await asyncio.gather(*(speculator.play(task, sandboxes, engine,
                                                                   seed=s) for s in range(4)))
     """
-    from environments.gc import run_scope
-    from environments.pool import SandboxPool
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.pool import SandboxPool
 
     with run_scope("api") as (client, run_id):
         image = await task_image(task, image_map=image_map)
@@ -191,8 +191,8 @@ async def task_image(task: Task, *, image_map: Mapping[str, str] | None = None) 
     """The tag of `task`'s Docker image, built from its environment/ if no image of the same
     content exists yet (`image_map`: as for docker_sandboxes); an ImageBuildError carries the
     build log's tail."""
-    from environments.docker_api import connect
-    from environments.tasks.images import TaskImages
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.tasks.images import TaskImages
 
     client = connect()
     try:

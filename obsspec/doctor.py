@@ -139,9 +139,9 @@ def check_ray() -> Check:
 
 
 def check_docker_and_image(config: GlobalConfig) -> list[Check]:
-    from environments.docker_api import connect
-    from environments.errors import DockerUnavailable
-    from environments.image import base_image_status
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.errors import DockerUnavailable
+    from obsspec.environments.image import base_image_status
 
     try:
         client = connect(timeout_s=10)

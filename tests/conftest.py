@@ -151,8 +151,8 @@ async def tiny_engine(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def docker_client(request):
-    from environments.docker_api import connect
-    from environments.errors import DockerUnavailable
+    from obsspec.environments.docker_api import connect
+    from obsspec.environments.errors import DockerUnavailable
 
     try:
         client = connect(timeout_s=60)
@@ -165,7 +165,7 @@ def docker_client(request):
 @pytest.fixture(scope="session")
 def run_id(docker_client):
     """Labels every container this session makes; whatever is left at the end is removed."""
-    from environments.gc import gc_containers, remove_run_containers
+    from obsspec.environments.gc import gc_containers, remove_run_containers
 
     gc_containers(docker_client)  # leftovers of earlier sessions that were killed
     run = f"pytest-{uuid.uuid4().hex[:8]}"
@@ -176,7 +176,7 @@ def run_id(docker_client):
 
 @pytest.fixture(scope="session")
 def base_image(request, docker_client, settings) -> str:
-    from environments.image import base_image_status
+    from obsspec.environments.image import base_image_status
 
     current, detail = base_image_status(docker_client, settings.base_image)
     if not current:

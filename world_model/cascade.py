@@ -60,8 +60,8 @@ def default_cascade(last: Predictor | None = None, threshold: float = 0.5) -> Ca
     """The state cache, then rules, then `last` (the world model, or recorded answers) when
     given. The exact-context cache (world_model.cache) is not in it: the same context means
     the same commands so far, so every exact-context hit is also a state-cache hit."""
-    from world_model.rules import RulePredictor
-    from world_model.state_cache import StateCachePredictor
+    from obsspec.world_model.rules import RulePredictor
+    from obsspec.world_model.state_cache import StateCachePredictor
 
     predictors: list[Predictor] = [StateCachePredictor(), RulePredictor()]
     return CascadePredictor([*predictors, last] if last is not None else predictors, threshold)

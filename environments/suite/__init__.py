@@ -16,8 +16,8 @@ Same seed -> byte-identical directories: every random choice comes from a Random
 (seed, family, index), and nothing reads the clock or the machine.
 """
 
-from environments.suite.families import FAMILIES
-from environments.suite.generate import generate
-from environments.suite.registry import GeneratedTask
+from obsspec.environments.suite.families import FAMILIES
+from obsspec.environments.suite.generate import generate
+from obsspec.environments.suite.registry import GeneratedTask
 
 __all__ = ["FAMILIES", "GeneratedTask", "generate"]

@@ -6,8 +6,8 @@ import random
 import shutil
 from pathlib import Path
 
-from environments.suite.families import FAMILIES
-from environments.suite.registry import GeneratedTask
+from obsspec.environments.suite.families import FAMILIES
+from obsspec.environments.suite.registry import GeneratedTask
 
 GENERATOR_VERSION = 1
 BASE_IMAGE = "obsspec/base:latest"

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.errors import TaskFormatError
+from obsspec.environments.errors import TaskFormatError
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from environments.build import docker_build, local_image, tree_hash
-from environments.errors import ImageBuildError, MissingImageError
-from environments.tasks.image_map import FLAG, ImageMap, base_images, rewrite
-from environments.tasks.model import Task
+from obsspec.environments.build import docker_build, local_image, tree_hash
+from obsspec.environments.errors import ImageBuildError, MissingImageError
+from obsspec.environments.tasks.image_map import FLAG, ImageMap, base_images, rewrite
+from obsspec.environments.tasks.model import Task
 
 TASK_REPO = "obsspec-task"
 

@@ -13,10 +13,10 @@ import glob
 import logging
 from pathlib import Path
 
-from environments.errors import TaskFormatError
-from environments.tasks.harbor import load_harbor
-from environments.tasks.model import Task
-from environments.tasks.tbv1 import load_tbv1
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks.harbor import load_harbor
+from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.tbv1 import load_tbv1
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import json
 import math
 from typing import Literal
 
-from environments.errors import VerifierError
+from obsspec.environments.errors import VerifierError
 
 RewardAggregate = Literal["min", "mean", "product"]
 DEFAULT_KEY = "reward"

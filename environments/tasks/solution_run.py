@@ -20,10 +20,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from environments.errors import TaskFormatError
-from environments.sandbox_protocol import Sandbox
-from environments.tasks.model import Task
-from environments.tasks.text import env_prefix
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.sandbox_protocol import Sandbox
+from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.text import env_prefix
+
 from obsspec.types import ExecResult
 
 TBV1_SOLUTION_DIR = "/oracle"

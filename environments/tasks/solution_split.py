@@ -26,10 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.errors import TaskFormatError
-from environments.tasks.bash_commands import top_level_commands
-from environments.tasks.text import read_task_text
-from environments.tasks.whole_script import shebang, whole_script_action, whole_script_reason
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks.bash_commands import top_level_commands
+from obsspec.environments.tasks.text import read_task_text
+from obsspec.environments.tasks.whole_script import (
+    shebang,
+    whole_script_action,
+    whole_script_reason,
+)
 
 SHELLS = {"bash", "sh", "dash"}  # harnesses run solve.sh with bash whatever its shebang says
 

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from environments.errors import TaskFormatError
+from obsspec.environments.errors import TaskFormatError
 
 
 def read_task_text(path: Path) -> str:

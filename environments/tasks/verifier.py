@@ -19,11 +19,12 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from environments.errors import VerifierError
-from environments.sandbox_protocol import Sandbox
-from environments.tasks.model import Task
-from environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
-from environments.tasks.text import env_prefix
+from obsspec.environments.errors import VerifierError
+from obsspec.environments.sandbox_protocol import Sandbox
+from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
+from obsspec.environments.tasks.text import env_prefix
+
 from obsspec.types import ExecResult
 
 REWARD_DIR = "/logs/verifier"

@@ -25,8 +25,8 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from environments.tasks.bash_commands import Command
-from environments.tasks.text import env_prefix
+from obsspec.environments.tasks.bash_commands import Command
+from obsspec.environments.tasks.text import env_prefix
 
 
 def shebang(script: str) -> list[str] | None:

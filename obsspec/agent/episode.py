@@ -25,9 +25,6 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import Field
 
-from environments.sandbox_protocol import Sandbox, SandboxProvider
-from environments.tasks.model import Task
-from environments.tasks.verifier import verify
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import (
     CORRECTIVE_OBSERVATIONS,
@@ -38,6 +35,9 @@ from obsspec.agent.protocol import (
     task_prompt,
 )
 from obsspec.config import StrictModel
+from obsspec.environments.sandbox_protocol import Sandbox, SandboxProvider
+from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.verifier import verify
 from obsspec.errors import ContextLengthError, ObsspecError
 from obsspec.inference.base import Engine, Generation, Sampling
 from obsspec.trajectory import Trajectory, Turn

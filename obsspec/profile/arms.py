@@ -25,8 +25,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from environments.tasks.model import Task
 from obsspec.agent.episode import episode_prompt
+from obsspec.environments.tasks.model import Task
 from obsspec.inference.base import Sampling
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.figures import ArmEpisodes
@@ -38,7 +38,7 @@ from obsspec.rollout.worker import first_failure
 from obsspec.speculation.gate import GateMode
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.trajectory import Trajectory
-from world_model.oracle import OraclePredictor
+from obsspec.world_model.oracle import OraclePredictor
 
 ARMS = ("seq", "spec", "oracle")
 T = TypeVar("T")

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from environments.tasks.model import Task
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ClusterError
 from obsspec.rl.config import RLConfig
 from obsspec.rl.rollout import Restore, RolloutWorker
@@ -118,7 +118,7 @@ class PolicyTrainerActor:
 
 class CoTrainerActor:
     def __init__(self, base: Path, config: RLConfig, restore: Path | None) -> None:
-        from world_model.cotrain import CoTrainer
+        from obsspec.world_model.cotrain import CoTrainer
 
         use_all_cores(config.placement.num_cpus)
         fmt = config.limits.action_format

@@ -33,7 +33,7 @@ from obsspec.config import DEFAULT_MODEL, StrictModel
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
 from obsspec.speculation.gate import GateSettings
 from obsspec.tracking import WandbSettings
-from world_model.config import CotrainSettings
+from obsspec.world_model.config import CotrainSettings
 
 
 def rl_limits() -> EpisodeLimits:

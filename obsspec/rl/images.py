@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from environments.docker_api import connect
-from environments.tasks.model import Task
+from obsspec.environments.docker_api import connect
+from obsspec.environments.tasks.model import Task
 from obsspec.rl.config import RLConfig
 from obsspec.rollout.events import Event, TaskSkipped
 from obsspec.rollout.sandboxes import build_images, require_images

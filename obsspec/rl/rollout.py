@@ -21,7 +21,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.tasks.model import Task
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
 from obsspec.rl.config import RLConfig
 from obsspec.rollout.session import RolloutSession

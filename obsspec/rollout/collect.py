@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from environments.tasks.model import Task
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.models.tokenizer import load_tokenizer

@@ -16,7 +16,6 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field, model_validator
 
-from environments.sandbox import NetworkPolicy
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import (
     CORE_LIST,
@@ -27,6 +26,7 @@ from obsspec.config import (
     load_pipeline_config,
     move_deprecated_keys,
 )
+from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Overrides
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.types import longest_observation_chars

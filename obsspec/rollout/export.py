@@ -199,7 +199,7 @@ def run_action_format(manifest: dict) -> ActionFormat:
 def task_texts(spec: str | None, manifest: dict) -> dict[str, str]:
     """task id -> instruction, from `spec` or else the task set the manifest names (a set
     that is gone gives none: the prompt ids still do)."""
-    from environments.errors import TaskFormatError
+    from obsspec.environments.errors import TaskFormatError
     from obsspec.rollout.plan import load_task_set
 
     recorded = (manifest.get("identity") or {}).get("tasks")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from environments.errors import TaskFormatError
-from environments.tasks.load import load_task, task_dirs
-from environments.tasks.model import Task
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks.load import load_task, task_dirs
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
 
 

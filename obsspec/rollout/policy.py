@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from environments.errors import TaskFormatError
-from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.agent.oracle import oracle_policy, unplayable
 from obsspec.agent.protocol import ActionFormat
 from obsspec.config import DEFAULT_MODEL
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model

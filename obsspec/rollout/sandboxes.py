@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from environments.errors import ImageBuildError
-from environments.pool import SandboxPool
-from environments.sandbox import NetworkPolicy, denied_internet, with_network
-from environments.tasks.images import TaskImages
-from environments.tasks.model import Task
+from obsspec.environments.errors import ImageBuildError
+from obsspec.environments.pool import SandboxPool
+from obsspec.environments.sandbox import NetworkPolicy, denied_internet, with_network
+from obsspec.environments.tasks.images import TaskImages
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ObsspecError
 from obsspec.rollout.events import Event, Note, TaskSkipped
 

@@ -31,11 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from environments.gc import gc_containers, run_scope
-from environments.tasks.model import Task
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.agent.protocol import observation_role
+from obsspec.environments.gc import gc_containers, run_scope
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
@@ -186,9 +186,9 @@ class RolloutSession:
 
     def _speculative_loop(self, policy: Policy) -> SpeculativeLoop:
         """A loop with a new cascade (state cache, rules, world model on its engine) and gate."""
-        from world_model.cascade import default_cascade
-        from world_model.lm import LMPredictor
-        from world_model.prompt import WorldModelPrompt
+        from obsspec.world_model.cascade import default_cascade
+        from obsspec.world_model.lm import LMPredictor
+        from obsspec.world_model.prompt import WorldModelPrompt
 
         spec = self.settings.speculation
         lm = None

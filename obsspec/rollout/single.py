@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environments.sandbox import NetworkPolicy
-from environments.tasks import load_task
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import GlobalConfig
+from obsspec.environments.sandbox import NetworkPolicy
+from obsspec.environments.tasks import load_task
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import EngineOptions, RolloutSettings

@@ -20,7 +20,7 @@ from obsspec.rollout.policy import policy_model
 def check_world_model(config: RolloutSettings, models_dir: Path) -> None:
     """The world model exists and shares the policy's tokenizer (guesses are compared as the
     policy's tokens), checked before anything starts."""
-    from world_model.prompt import check_same_tokenizer
+    from obsspec.world_model.prompt import check_same_tokenizer
 
     name = config.speculation.world_model
     if not config.speculation.enabled or name is None:

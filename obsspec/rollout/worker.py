@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.tasks.model import Task
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.rollout.config import CollectConfig

@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from environments.tasks.model import Task
 from obsspec.agent.episode import EpisodeLimits
+from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.rollout.collect import collect
@@ -34,7 +34,7 @@ from obsspec.rollout.plan import load_task_set
 from obsspec.runs import read_rows
 from obsspec.sft.config import EvalPolicyConfig, PolicyEvalSettings, check_eval_tasks
 from obsspec.train.checkpoint import read_record
-from world_model.examples import family_of
+from obsspec.world_model.examples import family_of
 
 Emit = Callable[..., None]  # emit("progress", arm, done, total) / emit("note", message)
 

@@ -33,7 +33,6 @@ import asyncio
 import time
 from collections.abc import Coroutine
 
-from environments.sandbox_protocol import Sandbox
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.episode import (
     EpisodeEnd,
@@ -44,6 +43,7 @@ from obsspec.agent.episode import (
     turn_sampling,
 )
 from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, parse_action
+from obsspec.environments.sandbox_protocol import Sandbox
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine, Generation, GenerationProgress
 from obsspec.speculation.gate import Ask, Gate

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environments.errors import SandboxError
-from environments.fake_sandbox import FakeSandbox, FakeSandboxPool
-from environments.tasks import load_task
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
+from obsspec.environments.tasks import load_task
+
 from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.inference.scripted import ScriptedEngine
 

@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from obsspec.environments.tasks import load_task
 
-from environments.tasks import load_task
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.oracle import oracle_policy, unplayable
 from obsspec.agent.protocol import SYSTEM_PROMPTS, ActionFormat, observation_role, parse_action

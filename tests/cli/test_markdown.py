@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from cli.gate_options import gated
-from cli.markdown import gate_table, markdown
-from cli.profile_view import figures_table
+from obsspec.cli.gate_options import gated
+from obsspec.cli.markdown import gate_table, markdown
+from obsspec.cli.profile_view import figures_table
+
 from obsspec.gates import parse_gates
 from obsspec.profile.run import LevelPlayed, report_keys
 

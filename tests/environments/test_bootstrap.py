@@ -1,7 +1,6 @@
 import pytest
-
-from environments.bootstrap import bootstrap_tag, debian_mirror
-from environments.errors import ImageBuildError
+from obsspec.environments.bootstrap import bootstrap_tag, debian_mirror
+from obsspec.environments.errors import ImageBuildError
 
 
 def apt_dir(tmp_path, sources_list: str = "", extra: dict[str, str] | None = None):

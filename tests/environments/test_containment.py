@@ -7,9 +7,8 @@ import asyncio
 import time
 
 import pytest
-
-from environments.sandbox import DockerSandbox, SandboxLimits
-from environments.shell import SHELL_ENV
+from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
+from obsspec.environments.shell import SHELL_ENV
 
 pytestmark = pytest.mark.docker
 
@@ -87,11 +86,11 @@ async def test_a_stuck_shell_and_its_escaped_children_are_all_replaced(sandbox):
 
 
 async def test_if_the_killer_cannot_finish_the_container_restarts(sandbox, monkeypatch):
-    import environments.shell
+    from obsspec.environments import shell
 
     await sandbox.run("echo kept > /root/file; (setsid sleep 1000 &)")
     gave_up = ["bash", "-c", "echo killed=0 left=1"]  # as when the killer's budget ran out
-    monkeypatch.setattr(environments.shell, "kill_all_command", lambda *a, **k: gave_up)
+    monkeypatch.setattr(shell, "kill_all_command", lambda *a, **k: gave_up)
     start = time.monotonic()
     result = await sandbox.run("sleep 1000", timeout_s=2)
     assert time.monotonic() - start < 20

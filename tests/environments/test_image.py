@@ -1,10 +1,9 @@
 import shutil
 
 import pytest
-
-from environments.image import BASE_REPO, ensure_base_image, recipe_dir, recipe_hash
-from environments.oneshot import LABEL, run_once
-from environments.sandbox import LABEL_RUN
+from obsspec.environments.image import BASE_REPO, ensure_base_image, recipe_dir, recipe_hash
+from obsspec.environments.oneshot import LABEL, run_once
+from obsspec.environments.sandbox import LABEL_RUN
 
 pytestmark = pytest.mark.docker
 

@@ -4,11 +4,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from cli.common import global_config
-from environments.errors import MissingImageError
-from environments.tasks import load_task
-from environments.tasks.image_map import (
+from obsspec.cli.common import global_config
+from obsspec.environments.errors import MissingImageError
+from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.image_map import (
     ImageMap,
     base_images,
     canonical,
@@ -16,7 +15,8 @@ from environments.tasks.image_map import (
     parse_env_value,
     rewrite,
 )
-from environments.tasks.images import TaskImages
+from obsspec.environments.tasks.images import TaskImages
+
 from obsspec.errors import ConfigError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"

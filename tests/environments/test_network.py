@@ -4,16 +4,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from environments.sandbox import (
+from obsspec.environments.sandbox import (
     DockerSandbox,
     NetworkPolicy,
     SandboxLimits,
     denied_internet,
     with_network,
 )
-from environments.tasks import load_task
-from environments.validate import validate_tasks
+from obsspec.environments.tasks import load_task
+from obsspec.environments.validate import validate_tasks
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
 

@@ -1,10 +1,9 @@
 import asyncio
 
 import pytest
-
-from environments.gc import gc_containers, obsspec_containers, owner_alive
-from environments.pool import SandboxPool
-from environments.sandbox import LABEL_PID, LABEL_RUN, DockerSandbox
+from obsspec.environments.gc import gc_containers, obsspec_containers, owner_alive
+from obsspec.environments.pool import SandboxPool
+from obsspec.environments.sandbox import LABEL_PID, LABEL_RUN, DockerSandbox
 
 pytestmark = pytest.mark.docker
 

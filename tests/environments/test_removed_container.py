@@ -5,9 +5,8 @@ chaos runs of issue 20: a NotFound ended the whole run, a missing reward file br
 import asyncio
 
 import pytest
-
-from environments.errors import SandboxError
-from environments.sandbox import DockerSandbox
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.sandbox import DockerSandbox
 
 pytestmark = pytest.mark.docker
 

@@ -1,9 +1,8 @@
 """Reward files of every shape, and the one scalar reward made of them."""
 
 import pytest
-
-from environments.errors import VerifierError
-from environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
+from obsspec.environments.errors import VerifierError
+from obsspec.environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
 
 WHERE = "task t: /logs/verifier/reward.json"
 
@@ -74,7 +73,8 @@ def test_a_named_reward_key_that_is_missing_is_an_error():
 
 
 def test_tbv1_reward_needs_a_pytest_summary():
-    from environments.tasks.verifier import pytest_reward
+    from obsspec.environments.tasks.verifier import pytest_reward
+
     from obsspec.types import ExecResult
 
     def run(out: str, code: int) -> ExecResult:

@@ -14,9 +14,8 @@ import asyncio
 import random
 
 import pytest
-
-from environments.sandbox import DockerSandbox, SandboxLimits
-from environments.shell import SHELL_ENV, PersistentShell
+from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
+from obsspec.environments.shell import SHELL_ENV, PersistentShell
 
 pytestmark = pytest.mark.docker
 

@@ -1,6 +1,6 @@
 """bash's messages made deterministic, without a shell: job notices."""
 
-from environments.shell_script import strip_job_notices
+from obsspec.environments.shell_script import strip_job_notices
 
 
 def test_job_notices_are_stripped_whole():

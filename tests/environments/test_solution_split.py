@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from environments.errors import TaskFormatError
-from environments.tasks.solution_split import plan_solution, plan_solution_file
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks.solution_split import plan_solution, plan_solution_file
 
 SOURCE = Path("task/solution/solve.sh")
 
@@ -290,7 +289,7 @@ def test_solution_env_is_given_to_a_whole_script_run(tmp_path):
 
 
 def test_typed_commands_read_as_a_terminal_does():
-    from environments.tasks.bash_commands import typed_commands
+    from obsspec.environments.tasks.bash_commands import typed_commands
 
     typed = [
         "cat > f <<'EOF'",

@@ -3,11 +3,10 @@
 import filecmp
 
 import pytest
-
-from environments.gc import remove_run_containers
-from environments.suite import FAMILIES, generate
-from environments.tasks import load_task
-from environments.validate import summarize, validate_tasks
+from obsspec.environments.gc import remove_run_containers
+from obsspec.environments.suite import FAMILIES, generate
+from obsspec.environments.tasks import load_task
+from obsspec.environments.validate import summarize, validate_tasks
 
 
 def same_tree(a, b) -> bool:

@@ -6,10 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from environments.errors import TaskFormatError
-from environments.tasks import load_task
-from environments.tasks.load import load_tasks_report
+from obsspec.environments.errors import TaskFormatError
+from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.load import load_tasks_report
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
 
@@ -107,7 +106,7 @@ def test_unknown_and_unsupported_keys_are_warnings_naming_file_and_key(harbor, c
         "[environment]\ngpus = 1\nallowed_hosts = []\nwidgets = 3\n"
         '[verifier]\nuser = "tester"\n'
     )
-    with caplog.at_level(logging.WARNING, logger="environments.tasks.load"):
+    with caplog.at_level(logging.WARNING, logger="obsspec.environments.tasks.load"):
         task = load_task(harbor)
     toml = harbor / "task.toml"
     assert sorted(task.format_warnings) == sorted(

@@ -4,13 +4,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from environments.errors import ImageBuildError, TaskFormatError, VerifierError
-from environments.sandbox import DockerSandbox
-from environments.tasks import load_task, load_tasks
-from environments.tasks.images import TaskImages
-from environments.tasks.verifier import verify
-from environments.validate import validate_task
+from obsspec.environments.errors import ImageBuildError, TaskFormatError, VerifierError
+from obsspec.environments.sandbox import DockerSandbox
+from obsspec.environments.tasks import load_task, load_tasks
+from obsspec.environments.tasks.images import TaskImages
+from obsspec.environments.tasks.verifier import verify
+from obsspec.environments.validate import validate_task
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
 

@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from environments.sandbox import DockerSandbox
-from environments.tasks import load_task
-from environments.tasks.images import TaskImages
-from environments.tasks.solution_run import run_solution_script
-from environments.validate import output_tail, validate_task
+from obsspec.environments.sandbox import DockerSandbox
+from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.images import TaskImages
+from obsspec.environments.tasks.solution_run import run_solution_script
+from obsspec.environments.validate import output_tail, validate_task
 
 # Everything a line-by-line runner gets wrong: `set -euo pipefail`, a function, a heredoc with
 # `#` lines, a for loop, an if block; relative paths (the task's WORKDIR) and a file next to

@@ -4,12 +4,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from environments.errors import VerifierError
-from environments.sandbox import DockerSandbox
-from environments.tasks import load_task
-from environments.tasks.images import TaskImages
-from environments.tasks.verifier import OUTPUT_CHARS, verify
+from obsspec.environments.errors import VerifierError
+from obsspec.environments.sandbox import DockerSandbox
+from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.images import TaskImages
+from obsspec.environments.tasks.verifier import OUTPUT_CHARS, verify
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
 

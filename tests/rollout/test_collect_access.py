@@ -10,8 +10,8 @@ from pathlib import Path
 
 import datasets
 import pytest
+from obsspec.environments.sandbox import NetworkPolicy
 
-from environments.sandbox import NetworkPolicy
 from obsspec.config import ImagesConfig
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig

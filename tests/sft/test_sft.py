@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from obsspec.world_model.data import load_data
 
 from obsspec.errors import ConfigError
 from obsspec.rollout.collect import collect
@@ -22,7 +23,6 @@ from obsspec.train.sequences import Sample, pack
 from tests.cli.test_cli import obsspec
 from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, steps_for, write_run
-from world_model.data import load_data
 
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 EVAL_KEYS = {"valid_action_rate", "success_rate", "mean_turns", "base_success_rate"}

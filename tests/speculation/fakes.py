@@ -13,7 +13,8 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 
-from environments.fake_sandbox import FakeSandbox
+from obsspec.environments.fake_sandbox import FakeSandbox
+
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import SYSTEM_PROMPTS, Action, ActionFormat, format_action
 from obsspec.inference.scripted import ScriptedEngine

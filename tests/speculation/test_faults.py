@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from environments.fake_sandbox import FakeSandbox
+from obsspec.environments.fake_sandbox import FakeSandbox
+
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.errors import EngineError
 from obsspec.speculation.gate import GateMode, GateSettings

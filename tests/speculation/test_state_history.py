@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from environments.fake_sandbox import FakeSandbox
+from obsspec.environments.fake_sandbox import FakeSandbox
+from obsspec.world_model.cache import CachePredictor
+from obsspec.world_model.cascade import CascadePredictor, default_cascade
+from obsspec.world_model.state_cache import StateCachePredictor
+
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.agent.protocol import Action, ActionFormat, format_action
 from obsspec.inference.scripted import ScriptedEngine
@@ -16,9 +20,6 @@ from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
 from obsspec.types import ExecResult, render_observation
 from tests.speculation.fakes import new_episode
-from world_model.cache import CachePredictor
-from world_model.cascade import CascadePredictor, default_cascade
-from world_model.state_cache import StateCachePredictor
 
 TIMEOUT_S = 0.05
 OUTPUTS = {

@@ -3,6 +3,8 @@ its guesses, and whether its first (or any) guess was the real observation."""
 
 from __future__ import annotations
 
+from obsspec.world_model.cascade import CascadePredictor
+
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.gate import GateMode, GateSettings
@@ -11,7 +13,6 @@ from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
 from tests.speculation.fakes import fake_policy, near_miss, new_episode, step_sandbox, truth_of
-from world_model.cascade import CascadePredictor
 
 COMMANDS = ["ls", "echo hi", "cat notes.txt", "date", "make"]
 CACHED = {"ls", "echo hi"}  # the cache knows these: the world model is never asked
@@ -108,9 +109,9 @@ NO_OUTPUT = "(no output)\n[exit code: 0]"
 async def test_the_default_cascade_with_the_lm_predictor_fills_the_record(builder):
     """The real cascade (state cache, rules, LMPredictor on a scripted engine that always answers
     NO_OUTPUT): the rules answer `echo hi`, the world model every other command."""
-    from world_model.cascade import default_cascade
-    from world_model.lm import LMPredictor
-    from world_model.prompt import WorldModelPrompt
+    from obsspec.world_model.cascade import default_cascade
+    from obsspec.world_model.lm import LMPredictor
+    from obsspec.world_model.prompt import WorldModelPrompt
 
     wm_engine = ScriptedEngine(builder.tokenizer, lambda _context: NO_OUTPUT, logprob=-0.01)
     settings = SpeculationSettings(depth=1, breadth=2, gate=GateSettings(mode=GateMode.always))

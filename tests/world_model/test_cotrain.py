@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from obsspec.world_model.config import CotrainSettings
+from obsspec.world_model.cotrain import CoTrainer
+from obsspec.world_model.data import world_model_prompt
+from obsspec.world_model.examples import build_examples
 
 from obsspec.types import TRUNCATION_MARKER
 from tests.world_model.runs import FMT, episode_row, steps_for
-from world_model.config import CotrainSettings
-from world_model.cotrain import CoTrainer
-from world_model.data import world_model_prompt
-from world_model.examples import build_examples
 
 
 def example_lengths(rows, tokenizer) -> list[int]:

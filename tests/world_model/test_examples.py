@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from obsspec.world_model.examples import build_examples, family_of
+from obsspec.world_model.prompt import WorldModelPrompt
 
 from obsspec.types import TRUNCATION_MARKER
 from tests.rollout.test_dataset import row
-from world_model.examples import build_examples, family_of
-from world_model.prompt import WorldModelPrompt
 
 
 @pytest.fixture(scope="module")

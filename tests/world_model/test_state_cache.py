@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from obsspec.world_model.cascade import default_cascade
+from obsspec.world_model.state_cache import StateCachePredictor, state_key
+from obsspec.world_model.turns import turn_records
+
 from obsspec.speculation.predictor import SpeculationContext
-from world_model.cascade import default_cascade
-from world_model.state_cache import StateCachePredictor, state_key
-from world_model.turns import turn_records
 
 LS = "a b\n[exit code: 0]"
 

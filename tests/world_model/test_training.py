@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from obsspec.world_model.config import TrainWMConfig
+from obsspec.world_model.data import load_data, load_eval_data
+from obsspec.world_model.evaluate import report_keys
+from obsspec.world_model.training import train_world_model
 
 from obsspec.errors import ConfigError
 from tests.cli.test_cli import obsspec
 from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
-from world_model.config import TrainWMConfig
-from world_model.data import load_data, load_eval_data
-from world_model.evaluate import report_keys
-from world_model.training import train_world_model
 
 TRAIN_TASKS = ["a-000", "b-000", "c-000", "d-000"]  # all on the training side of a 0.2 split
 EVAL_KEYS = {

@@ -1,7 +1,7 @@
 """Importing this package registers every family (each module uses @family); FAMILIES is
 the registry, complete once this package is imported."""
 
-from environments.suite.families import (  # noqa: F401
+from obsspec.environments.suite.families import (  # noqa: F401
     archive_repack,
     bulk_data,
     csv_json,
@@ -16,6 +16,6 @@ from environments.suite.families import (  # noqa: F401
     unittest_fix,
     workflow_ci,
 )
-from environments.suite.registry import FAMILIES
+from obsspec.environments.suite.registry import FAMILIES
 
 __all__ = ["FAMILIES"]

@@ -19,7 +19,7 @@ import datetime as dt
 import json
 import random
 
-from environments.suite.registry import GeneratedTask
+from obsspec.environments.suite.registry import GeneratedTask
 
 PROJECT_NAMES = [
     "atlas",

@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from environments.suite.families._common import WORDS
-from environments.suite.families._py_modules import Bug, PyModule, _buggy, _module_test
+from obsspec.environments.suite.families._common import WORDS
+from obsspec.environments.suite.families._py_modules import Bug, PyModule, _buggy, _module_test
 
 GIT_AUTHORS = [
     ("Alice Martin", "alice@example.com"),

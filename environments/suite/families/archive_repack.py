@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _random_date, _spec_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 # Shared by setup and check: the files of the site at each snapshot, path -> bytes.
 SITE_GEN = r'''import os, random

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
-from environments.suite.families._common import _data_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _data_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 BULK_GEN = r'''"""The transaction export of one task, generated deterministically from params.json.
 

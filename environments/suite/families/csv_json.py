@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 import shlex
 
-from environments.suite.families._common import _data_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _data_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 
 def _printf_script(lines: list[str], path: str) -> str:

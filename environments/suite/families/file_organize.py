@@ -12,8 +12,8 @@ import datetime as dt
 import random
 from collections.abc import Callable
 
-from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _random_date, _spec_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 
 def _unique_names(rng: random.Random, n: int, make: Callable[[random.Random], str]) -> list[str]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import random
 
-from environments.suite.families._common import PROJECT_NAMES, _json
-from environments.suite.families._git_history import _git_history
-from environments.suite.families._py_modules import PY_MODULES
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import PROJECT_NAMES, _json
+from obsspec.environments.suite.families._git_history import _git_history
+from obsspec.environments.suite.families._py_modules import PY_MODULES
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 GIT_BUILD = r'''"""Builds the task's git repository from history.json, reproducibly (fixed dates).
 

@@ -13,8 +13,8 @@ import math
 import random
 import zlib
 
-from environments.suite.families._common import WORDS
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import WORDS
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 C_HEADER = """#ifndef @GUARD@
 #define @GUARD@

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from environments.suite.families._common import _spec_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _spec_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 # Shared by setup and check: file contents, and what the built program must print.
 PERMS_GEN = r'''import random

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from environments.suite.families._common import _random_date, _spec_task
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import _random_date, _spec_task
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 # Shared by setup and check: the log lines of each day, from the seed in the spec.
 LOGS_GEN = r'''import datetime, random

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 import shlex
 
-from environments.suite.families._common import PROJECT_NAMES
-from environments.suite.families._py_modules import PY_MODULES, Bug, _buggy, _module_test
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import PROJECT_NAMES
+from obsspec.environments.suite.families._py_modules import PY_MODULES, Bug, _buggy, _module_test
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 
 def _sed_fix(bug: Bug, path: str) -> str:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import random
 
-from environments.suite.families._common import PROJECT_NAMES, WORDS
-from environments.suite.registry import GeneratedTask, family
+from obsspec.environments.suite.families._common import PROJECT_NAMES, WORDS
+from obsspec.environments.suite.registry import GeneratedTask, family
 
 CI_SH = r"""#!/bin/bash
 # The project's CI: ./ci.sh lint|build|test|package, in that order. Each stage waits for its
