@@ -44,9 +44,8 @@ async def collect_once(tasks: Path, out: Path, concurrency: int, args, engine) -
 
 
 async def main(args) -> dict:
-    from obsspec.environments.suite.generate import generate
-
     from obsspec.config import GlobalConfig
+    from obsspec.environments.suite.generate import generate
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
     from obsspec.models.registry import resolve_model
 

@@ -105,11 +105,11 @@ def level_summary(figures: dict) -> dict:
 
 
 async def run(args, out: Path) -> dict:
-    from obsspec.cli.profile_view import printer
-    from obsspec.environments.suite.generate import generate
     from rich.console import Console
 
+    from obsspec.cli.profile_view import printer
     from obsspec.config import GlobalConfig
+    from obsspec.environments.suite.generate import generate
     from obsspec.profile.concurrency_plot import plot_by_concurrency
     from obsspec.profile.run import profile
 

@@ -159,21 +159,21 @@ class Context:
 
 
 async def main(args) -> dict:
-    from obsspec.environments.gc import run_scope
-    from obsspec.environments.pool import SandboxPool
-    from obsspec.environments.sandbox import SandboxLimits
-    from obsspec.world_model.oracle import OraclePredictor
     from transformers import AutoTokenizer
 
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.config import GlobalConfig
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.pool import SandboxPool
+    from obsspec.environments.sandbox import SandboxLimits
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine, parse_cores
     from obsspec.models.registry import resolve_model
     from obsspec.profile.figures import bootstrap
     from obsspec.speculation.gate import GateMode, GateSettings
     from obsspec.speculation.runner import SpeculativeLoop
     from obsspec.speculation.settings import SpeculationSettings
+    from obsspec.world_model.oracle import OraclePredictor
 
     config = GlobalConfig()
     model = resolve_model(args.model, config.paths.models_dir)

@@ -166,12 +166,12 @@ async def measure(pool, builder, *, size: int, seconds_per_token: float) -> dict
 
 
 async def main(args) -> dict:
-    from obsspec.environments.gc import run_scope
-    from obsspec.environments.pool import SandboxPool
     from transformers import AutoTokenizer
 
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.config import GlobalConfig
+    from obsspec.environments.gc import run_scope
+    from obsspec.environments.pool import SandboxPool
     from obsspec.models.registry import resolve_model
 
     config = GlobalConfig()

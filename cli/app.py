@@ -7,6 +7,8 @@ import sys
 from typing import Annotated
 
 import typer
+
+from obsspec import __version__
 from obsspec.cli import (
     collect,
     doctor,
@@ -21,8 +23,6 @@ from obsspec.cli import (
     train_wm,
 )
 from obsspec.cli.common import json_stdout, show_config_warnings
-
-from obsspec import __version__
 
 app = typer.Typer(
     name="obsspec",

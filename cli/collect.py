@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+
+from obsspec.agent.protocol import ActionFormat
 from obsspec.cli.collect_view import CollectView, plain_line, summary_table
 from obsspec.cli.common import (
     CacheDirOption,
@@ -36,8 +38,6 @@ from obsspec.cli.speculation_options import (
     WorldModelOption,
     speculation_flags,
 )
-
-from obsspec.agent.protocol import ActionFormat
 from obsspec.errors import Incomplete, ObsspecError
 
 T = TypeVar("T")

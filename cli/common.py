@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from obsspec.environments.sandbox import NetworkPolicy
 from rich.console import Console
 from rich.markup import escape
 
 from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
+from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Key, Overrides, parse_setting
 
 try:  # typer >= 0.20 ships its own copy of click

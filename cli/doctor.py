@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
+from rich.table import Table
+
 from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
@@ -14,8 +17,6 @@ from obsspec.cli.common import (
     global_config,
     out,
 )
-from rich.markup import escape
-from rich.table import Table
 
 STYLE = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
 

@@ -6,6 +6,8 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.markup import escape
+
 from obsspec.cli import env_tasks
 from obsspec.cli.common import (
     ConfigOption,
@@ -18,7 +20,6 @@ from obsspec.cli.common import (
     out,
     progress_printer,
 )
-from rich.markup import escape
 
 app = typer.Typer(help="Sandboxes, images and tasks.", no_args_is_help=True)
 app.command("generate")(env_tasks.generate)

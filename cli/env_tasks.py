@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
+from rich.text import Text
+
 from obsspec.cli.common import (
     ConfigOption,
     ImageMapOption,
@@ -29,8 +32,6 @@ from obsspec.cli.gate_options import (
     parse_gate_flags,
 )
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet
-from rich.table import Table
-from rich.text import Text
 
 
 def generate(
@@ -262,7 +263,6 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
     verifier with its output."""
     from obsspec.environments.tasks.solution_run import run_solution_script
     from obsspec.environments.tasks.verifier import verify
-
     from obsspec.types import render_observation
 
     if task is not None and solution:

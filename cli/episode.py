@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from obsspec.agent.protocol import ActionFormat
 from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
@@ -20,8 +22,6 @@ from obsspec.cli.common import (
     progress_printer,
 )
 from obsspec.cli.common import out as console
-
-from obsspec.agent.protocol import ActionFormat
 
 
 def episode(
@@ -66,10 +66,9 @@ def episode(
 
     The policy sees exactly what it would during collection; nothing is stored.
     """
-    from obsspec.environments.sandbox import NetworkPolicy
-
     from obsspec.agent.episode import EpisodeLimits
     from obsspec.agent.transcript import format_transcript
+    from obsspec.environments.sandbox import NetworkPolicy
     from obsspec.rollout.single import watch_episode
 
     settings = global_config(

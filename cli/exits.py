@@ -23,9 +23,9 @@ import signal
 from collections.abc import Callable, Iterator
 
 import typer
-from obsspec.cli.common import err, json_stdout
 from rich.markup import escape
 
+from obsspec.cli.common import err, json_stdout
 from obsspec.errors import ObsspecError
 
 try:  # typer >= 0.20 ships its own copy of click, whose exceptions are not click's

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
+
 from obsspec.cli.common import (
     CacheDirOption,
     JsonOption,
@@ -14,8 +16,6 @@ from obsspec.cli.common import (
     json_stdout,
     out,
 )
-from rich.markup import escape
-
 from obsspec.rollout.export import ExportFormat
 
 FILTERS = "Filters"

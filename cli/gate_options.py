@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from typing import Annotated
 
 import typer
-from obsspec.cli.common import err
-from obsspec.cli.exits import GATE_FAILED
 from rich.markup import escape
 
+from obsspec.cli.common import err
+from obsspec.cli.exits import GATE_FAILED
 from obsspec.gates import Gate, check_gates, parse_gates
 
 FailUnderOption = Annotated[

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
+
 from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
@@ -19,7 +21,6 @@ from obsspec.cli.common import (
     out,
     progress_printer,
 )
-from rich.table import Table
 
 app = typer.Typer(
     help="Pull, list and make models (every model is a local HF directory).", no_args_is_help=True

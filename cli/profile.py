@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from obsspec.cli.collect import stop_on_sigterm
 from obsspec.cli.common import (
     CacheDirOption,

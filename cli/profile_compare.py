@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
+
 from obsspec.cli.common import JsonOption, emit_json, err, out
 from obsspec.cli.exits import GATE_FAILED
 from obsspec.cli.markdown import markdown
-from rich.table import Table
-
 from obsspec.errors import ConfigError
 
 SummaryOption = Annotated[

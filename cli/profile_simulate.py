@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from obsspec.cli.common import JsonOption, emit_json, err, out
 from rich.console import Group
 from rich.table import Table
+
+from obsspec.cli.common import JsonOption, emit_json, err, out
 
 
 def simulate(

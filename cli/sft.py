@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,

@@ -3,9 +3,10 @@ with --json (progress meanwhile: cli.train_view)."""
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from obsspec.cli.common import emit_json, out
 from obsspec.cli.train_view import fmt, trainer_table
-from rich.table import Table
 
 HEADLINE = ("valid_action_rate", "success_rate", "mean_turns", "done_rate", "episodes")
 

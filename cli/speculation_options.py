@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from obsspec.cli.common import drop_unset
 
+from obsspec.cli.common import drop_unset
 from obsspec.speculation.gate import GateMode
 
 SPECULATION = "Speculation"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from obsspec.cli.common import err
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,6 +16,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+
+from obsspec.cli.common import err
 
 LINE_EVERY_S = 10.0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from obsspec.cli.common import (
     CacheDirOption,
     ConfigOption,
@@ -123,12 +124,11 @@ def train_wm(
     \\[train_wm] table of --config. In CI, --eval-only with --fail-under
     match_rate_wm=0.4 exits 3 when the figure is below its bound.
     """
+    from obsspec.config import load_pipeline_config
+    from obsspec.errors import ConfigError
     from obsspec.world_model.config import EvalWMConfig, TrainWMConfig
     from obsspec.world_model.evaluate import report_keys
     from obsspec.world_model.training import evaluate_world_model, train_world_model
-
-    from obsspec.config import load_pipeline_config
-    from obsspec.errors import ConfigError
 
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
     if wandb_project and eval_only:

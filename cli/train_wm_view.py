@@ -3,9 +3,10 @@ object with --json (progress meanwhile: cli.train_view)."""
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from obsspec.cli.common import emit_json, out
 from obsspec.cli.train_view import fmt, trainer_table
-from rich.table import Table
 
 
 def training_table(summary: dict) -> Table:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+
 from obsspec.cli.common import drop_unset, emit_json, out, progress_printer
 from obsspec.cli.train_view import TrainView
 

@@ -28,7 +28,6 @@ from pathlib import Path
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.sandbox import SandboxLimits
 from obsspec.environments.sandbox_protocol import Sandbox
-
 from obsspec.types import ExecResult
 
 Output = str | ExecResult  # a text is stdout with exit code 0

@@ -70,6 +70,7 @@ def remove_task_images(client, *, dry_run: bool = False) -> list[str]:
     """Remove cached task images (obsspec-task/*) that no container uses; they are rebuilt
     on demand from their task directories."""
     import docker.errors
+
     from obsspec.environments.tasks.images import TASK_REPO
 
     containers = client.containers.list(all=True, ignore_removed=True)

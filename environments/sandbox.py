@@ -25,11 +25,11 @@ from collections.abc import AsyncIterator
 from enum import StrEnum
 from pathlib import Path
 
-from obsspec.environments.errors import SandboxError
-from obsspec.environments.shell import SHELL_ENV, PersistentShell, ShellSettings
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.environments.errors import SandboxError
+from obsspec.environments.shell import SHELL_ENV, PersistentShell, ShellSettings
 from obsspec.types import ExecResult
 
 HOSTNAME = "sandbox"

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from obsspec.environments.sandbox import SandboxLimits
-
 from obsspec.types import ExecResult
 
 

@@ -49,7 +49,6 @@ from obsspec.environments.shell_script import (
     record,
     strip_job_notices,
 )
-
 from obsspec.types import ExecResult
 
 # Environment of every shell: what makes outputs depend on the command, not on the host.

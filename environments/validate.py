@@ -22,7 +22,6 @@ from obsspec.environments.tasks.images import TaskImages
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.solution_run import run_solution_script
 from obsspec.environments.tasks.verifier import verify
-
 from obsspec.errors import ObsspecError
 
 SLOW_SOLUTION_S = 1.0

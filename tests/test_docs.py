@@ -54,12 +54,11 @@ def test_link_check_sees_links_and_skips_code():
 
 def config_tables() -> dict[str, set[str]]:
     """Every pipeline table and sub-table, with its leaf keys, from the pydantic models."""
-    from obsspec.world_model.config import TrainWMConfig
-
     from obsspec.profile.config import ProfileConfig
     from obsspec.rl.config import RLConfig
     from obsspec.rollout.config import CollectConfig
     from obsspec.sft.config import SFTConfig
+    from obsspec.world_model.config import TrainWMConfig
 
     tables: dict[str, set[str]] = {}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import typer
+
 from obsspec.cli.exits import GATE_FAILED
 from obsspec.cli.gate_options import exit_on_failed_gate, gated
-
 from obsspec.errors import ConfigError
 from obsspec.gates import check_gates, parse_gates
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from obsspec.cli.app import app
-from obsspec.cli.common import json_stdout
 from typer.testing import CliRunner
 
+from obsspec.cli.app import app
+from obsspec.cli.common import json_stdout
 from obsspec.errors import ConfigError
 from obsspec.tracking import RUN_FILE, WandbLogger, WandbSettings, require_wandb, wandb_logger
 

@@ -26,10 +26,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-from obsspec.world_model.config import CotrainSettings
-from obsspec.world_model.data import world_model_prompt
-from obsspec.world_model.examples import ExampleReport, build_examples
-
 from obsspec.agent.protocol import ActionFormat
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train.batches import plan_batches
@@ -38,6 +34,9 @@ from obsspec.train.core import TrainerCore
 from obsspec.train.model import batch_tensors, labelled_loss_sum, load_model
 from obsspec.train.precision import autocast, placement
 from obsspec.train.sequences import Sample, pack
+from obsspec.world_model.config import CotrainSettings
+from obsspec.world_model.data import world_model_prompt
+from obsspec.world_model.examples import ExampleReport, build_examples
 
 
 class ReplayBuffer:

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from obsspec.world_model.examples import Example, ExampleReport, build_examples
-from obsspec.world_model.prompt import WorldModelPrompt
-
 from obsspec import runs
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.protocol import observation_role
 from obsspec.errors import ConfigError
+from obsspec.world_model.examples import Example, ExampleReport, build_examples
+from obsspec.world_model.prompt import WorldModelPrompt
 
 
 @dataclass

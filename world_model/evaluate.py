@@ -27,13 +27,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from obsspec.errors import ContextLengthError
+from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
 from obsspec.world_model.cascade import default_cascade
 from obsspec.world_model.config import EvalSettings
 from obsspec.world_model.examples import Example
 from obsspec.world_model.lm import LMPredictor
-
-from obsspec.errors import ContextLengthError
-from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
 
 LENGTH_BUCKETS = [(1, 8), (9, 32), (33, 128), (129, None)]  # observation tokens
 NO_ANSWER = "none"

@@ -21,11 +21,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from obsspec.world_model.prompt import WorldModelPrompt
-from obsspec.world_model.turns import turn_records
-
 from obsspec.speculation.predictor import SpeculationContext
 from obsspec.types import TRUNCATION_MARKER
+from obsspec.world_model.prompt import WorldModelPrompt
+from obsspec.world_model.turns import turn_records
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ import asyncio
 import math
 import time
 
-from obsspec.world_model.prompt import WorldModelPrompt
-
 from obsspec.inference.base import Engine, Sampling
 from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
+from obsspec.world_model.prompt import WorldModelPrompt
 
 SOURCE = WORLD_MODEL
 

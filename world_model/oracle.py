@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from obsspec.world_model.turns import turn_records
-
 from obsspec.speculation.predictor import Prediction, SpeculationContext
+from obsspec.world_model.turns import turn_records
 
 SOURCE = "oracle"
 

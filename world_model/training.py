@@ -14,11 +14,6 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from obsspec.world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
-from obsspec.world_model.data import WorldModelData, load_data, load_eval_data
-from obsspec.world_model.examples import Example
-from obsspec.world_model.prompt import WorldModelPrompt
-
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
@@ -28,6 +23,10 @@ from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.fresh import call_in_fresh_process
 from obsspec.train.loop import StepProgress, train_into
 from obsspec.train.sequences import Sample, pack
+from obsspec.world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
+from obsspec.world_model.data import WorldModelData, load_data, load_eval_data
+from obsspec.world_model.examples import Example
+from obsspec.world_model.prompt import WorldModelPrompt
 
 Note = Callable[[str], None]
 
@@ -166,10 +165,9 @@ async def run_evaluation(
     settings: EvalSettings,
     on_prediction: Callable[[int, int], None],
 ) -> dict:
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
     from obsspec.world_model.evaluate import evaluate
     from obsspec.world_model.lm import LMPredictor
-
-    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 
     engine_settings = EngineSettings(
         model=model,

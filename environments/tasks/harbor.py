@@ -32,13 +32,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from obsspec.environments.build import tree_hash
 from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.sandbox import SandboxLimits
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.rewards import RewardAggregate
 from obsspec.environments.tasks.text import read_task_text
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?\s*\Z", re.IGNORECASE)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from obsspec.environments.sandbox import SandboxLimits
-from obsspec.environments.tasks.rewards import RewardAggregate
-from obsspec.environments.tasks.solution_split import plan_solution_file
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.environments.sandbox import SandboxLimits
+from obsspec.environments.tasks.rewards import RewardAggregate
+from obsspec.environments.tasks.solution_split import plan_solution_file
 
 
 class Task(StrictModel):

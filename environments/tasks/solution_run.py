@@ -24,7 +24,6 @@ from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.sandbox_protocol import Sandbox
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.text import env_prefix
-
 from obsspec.types import ExecResult
 
 TBV1_SOLUTION_DIR = "/oracle"

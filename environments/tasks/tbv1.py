@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from obsspec.environments.build import tree_hash
 from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.text import read_task_text
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # Terminal-Bench 1's task.yaml keys (its TaskConfig, old and new): read past silently; the
 # descriptive ones end up in Task.metadata. Any other key is a warning naming it.

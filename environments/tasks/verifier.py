@@ -24,7 +24,6 @@ from obsspec.environments.sandbox_protocol import Sandbox
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
 from obsspec.environments.tasks.text import env_prefix
-
 from obsspec.types import ExecResult
 
 REWARD_DIR = "/logs/verifier"

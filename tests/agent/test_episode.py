@@ -3,14 +3,14 @@
 from pathlib import Path
 
 import pytest
-from obsspec.environments.pool import SandboxPool
-from obsspec.environments.tasks import load_task
-from obsspec.environments.tasks.images import TaskImages
 from transformers import AutoTokenizer
 
 from obsspec.agent.context import ChatContextBuilder
 from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.agent.protocol import CORRECTIVE_OBSERVATIONS, ActionFormat
+from obsspec.environments.pool import SandboxPool
+from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.images import TaskImages
 from obsspec.errors import EngineError
 from obsspec.inference.scripted import ScriptedEngine
 

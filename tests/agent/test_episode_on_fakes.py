@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
 from obsspec.environments.tasks import load_task
-
-from obsspec.agent.episode import EpisodeLimits, run_episode
 from obsspec.inference.scripted import ScriptedEngine
 
 TASK_DIR = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"

@@ -6,11 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from obsspec.environments.tasks import load_task
 
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.oracle import oracle_policy, unplayable
 from obsspec.agent.protocol import SYSTEM_PROMPTS, ActionFormat, observation_role, parse_action
+from obsspec.environments.tasks import load_task
 from obsspec.errors import ConfigError
 from obsspec.inference.base import Sampling
 from obsspec.rollout.policy import oracle_problem, playable_tasks

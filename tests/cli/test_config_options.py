@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from obsspec.cli.app import app
-from obsspec.cli.common import json_stdout
 from typer.testing import CliRunner
 
+from obsspec.cli.app import app
+from obsspec.cli.common import json_stdout
 from obsspec.errors import ConfigError
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.sandbox import LABEL_PID
 
 pytestmark = pytest.mark.docker

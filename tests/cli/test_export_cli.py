@@ -6,8 +6,8 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from obsspec.cli.export import render
 
+from obsspec.cli.export import render
 from tests.cli.test_cli import obsspec
 from tests.rollout.test_export import MD, standard_rows, tampered_rows, write_run
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from obsspec.cli.gate_options import gated
 from obsspec.cli.markdown import gate_table, markdown
 from obsspec.cli.profile_view import figures_table
-
 from obsspec.gates import parse_gates
 from obsspec.profile.run import LevelPlayed, report_keys
 

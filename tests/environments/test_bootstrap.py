@@ -1,4 +1,5 @@
 import pytest
+
 from obsspec.environments.bootstrap import bootstrap_tag, debian_mirror
 from obsspec.environments.errors import ImageBuildError
 

@@ -3,8 +3,8 @@ import re
 
 from hypothesis import given
 from hypothesis import strategies as st
-from obsspec.environments.capture import CappedBuffer, FrameSplitter, MarkedStream
 
+from obsspec.environments.capture import CappedBuffer, FrameSplitter, MarkedStream
 from obsspec.types import TRUNCATION_MARKER
 
 MARKER = re.compile(rb"__END_(\d+)__")

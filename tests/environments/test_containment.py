@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+
 from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
 from obsspec.environments.shell import SHELL_ENV
 

@@ -1,6 +1,7 @@
 import shutil
 
 import pytest
+
 from obsspec.environments.image import BASE_REPO, ensure_base_image, recipe_dir, recipe_hash
 from obsspec.environments.oneshot import LABEL, run_once
 from obsspec.environments.sandbox import LABEL_RUN

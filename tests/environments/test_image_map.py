@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from obsspec.cli.common import global_config
 from obsspec.environments.errors import MissingImageError
 from obsspec.environments.tasks import load_task
@@ -16,7 +17,6 @@ from obsspec.environments.tasks.image_map import (
     rewrite,
 )
 from obsspec.environments.tasks.images import TaskImages
-
 from obsspec.errors import ConfigError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.sandbox import (
     DockerSandbox,
     NetworkPolicy,

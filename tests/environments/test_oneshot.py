@@ -3,10 +3,10 @@
 import uuid
 
 import pytest
+
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.oneshot import OUTPUT_CAP_BYTES, TIMEOUT_EXIT_CODE, run_once
 from obsspec.environments.sandbox import LABEL_RUN, SandboxLimits
-
 from obsspec.types import TRUNCATION_MARKER
 
 pytestmark = pytest.mark.docker

@@ -1,6 +1,7 @@
 import asyncio
 
 import pytest
+
 from obsspec.environments.gc import gc_containers, obsspec_containers, owner_alive
 from obsspec.environments.pool import SandboxPool
 from obsspec.environments.sandbox import LABEL_PID, LABEL_RUN, DockerSandbox

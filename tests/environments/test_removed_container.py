@@ -5,6 +5,7 @@ chaos runs of issue 20: a NotFound ended the whole run, a missing reward file br
 import asyncio
 
 import pytest
+
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.sandbox import DockerSandbox
 

@@ -1,6 +1,7 @@
 """Reward files of every shape, and the one scalar reward made of them."""
 
 import pytest
+
 from obsspec.environments.errors import VerifierError
 from obsspec.environments.tasks.rewards import parse_reward_json, parse_reward_txt, scalar_reward
 
@@ -74,7 +75,6 @@ def test_a_named_reward_key_that_is_missing_is_an_error():
 
 def test_tbv1_reward_needs_a_pytest_summary():
     from obsspec.environments.tasks.verifier import pytest_reward
-
     from obsspec.types import ExecResult
 
     def run(out: str, code: int) -> ExecResult:

@@ -6,9 +6,9 @@ import subprocess
 import time
 
 import pytest
+
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.sandbox import LABEL_RUN, DockerSandbox, SandboxLimits
-
 from obsspec.types import render_observation
 
 pytestmark = pytest.mark.docker

@@ -8,12 +8,12 @@ import inspect
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
 from obsspec.environments.pool import SandboxPool
 from obsspec.environments.sandbox import DockerSandbox
 from obsspec.environments.sandbox_protocol import Sandbox, SandboxProvider
-
 from obsspec.types import ExecResult
 
 

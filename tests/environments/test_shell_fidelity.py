@@ -14,6 +14,7 @@ import asyncio
 import random
 
 import pytest
+
 from obsspec.environments.sandbox import DockerSandbox, SandboxLimits
 from obsspec.environments.shell import SHELL_ENV, PersistentShell
 

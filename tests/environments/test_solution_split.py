@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.tasks.solution_split import plan_solution, plan_solution_file
 

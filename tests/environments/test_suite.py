@@ -3,6 +3,7 @@
 import filecmp
 
 import pytest
+
 from obsspec.environments.gc import remove_run_containers
 from obsspec.environments.suite import FAMILIES, generate
 from obsspec.environments.tasks import load_task

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.tasks import load_task
 from obsspec.environments.tasks.load import load_tasks_report

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.sandbox import DockerSandbox
 from obsspec.environments.tasks import load_task
 from obsspec.environments.tasks.images import TaskImages

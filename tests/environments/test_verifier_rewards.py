@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from obsspec.environments.errors import VerifierError
 from obsspec.environments.sandbox import DockerSandbox
 from obsspec.environments.tasks import load_task

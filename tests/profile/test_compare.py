@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from obsspec.cli.profile_compare import read_report
 
+from obsspec.cli.profile_compare import read_report
 from obsspec.errors import ConfigError
 from obsspec.profile.compare import compare_reports
 from tests.cli.test_cli import obsspec

@@ -9,9 +9,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from obsspec.cli.profile_view import concurrency_table, event_line, figures_table
 from rich.console import Console
 
+from obsspec.cli.profile_view import concurrency_table, event_line, figures_table
 from obsspec.errors import ConfigError
 from obsspec.profile.arms import ArmDone, Wave
 from obsspec.profile.calibrate import calibrate, calibrate_levels

@@ -4,7 +4,6 @@ the curves (no engines, no Ray)."""
 from __future__ import annotations
 
 from obsspec.cli.rl_view import step_line, steps_table
-
 from obsspec.rl.curves import write_curves
 from obsspec.rl.metrics import StepTimes, step_row, too_long_warning
 from obsspec.rl.run_files import METRIC_KEYS

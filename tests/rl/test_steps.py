@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from obsspec.world_model.cotrain import ReplayBuffer
 
 from obsspec.rl.config import GRPOSettings, RLConfig
 from obsspec.rl.steps import build_batch, episode_reward, plan_step, step_tasks
 from obsspec.train.sequences import Sample, pack
 from obsspec.trajectory import Trajectory
+from obsspec.world_model.cotrain import ReplayBuffer
 
 
 def config(**grpo) -> RLConfig:

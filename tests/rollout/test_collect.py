@@ -8,8 +8,8 @@ from pathlib import Path
 
 import datasets
 import pytest
-from obsspec.environments.tasks import load_task
 
+from obsspec.environments.tasks import load_task
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes

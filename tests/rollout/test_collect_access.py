@@ -10,9 +10,9 @@ from pathlib import Path
 
 import datasets
 import pytest
-from obsspec.environments.sandbox import NetworkPolicy
 
 from obsspec.config import ImagesConfig
+from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.rollout.collect import collect
 from obsspec.rollout.config import CollectConfig
 

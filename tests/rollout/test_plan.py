@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from obsspec.environments.errors import TaskFormatError
 
+from obsspec.environments.errors import TaskFormatError
 from obsspec.errors import ConfigError
 from obsspec.rollout.plan import (
     check_unchanged,

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from obsspec.world_model.data import load_data
 
 from obsspec.errors import ConfigError
 from obsspec.rollout.collect import collect
@@ -20,6 +19,7 @@ from obsspec.sft.data import load_policy_data
 from obsspec.sft.evaluate import evaluate_policy
 from obsspec.sft.training import train_policy
 from obsspec.train.sequences import Sample, pack
+from obsspec.world_model.data import load_data
 from tests.cli.test_cli import obsspec
 from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, steps_for, write_run

@@ -13,10 +13,9 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 
-from obsspec.environments.fake_sandbox import FakeSandbox
-
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import SYSTEM_PROMPTS, Action, ActionFormat, format_action
+from obsspec.environments.fake_sandbox import FakeSandbox
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.trajectory import Trajectory

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from obsspec.environments.fake_sandbox import FakeSandbox
-
 from obsspec.agent.episode import EpisodeLimits, play
+from obsspec.environments.fake_sandbox import FakeSandbox
 from obsspec.errors import EngineError
 from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.runner import SpeculativeLoop

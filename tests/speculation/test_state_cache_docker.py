@@ -5,9 +5,9 @@ whatever follows a command killed by its timeout, are not answered from it."""
 from __future__ import annotations
 
 import pytest
-from obsspec.environments.pool import SandboxPool
 
 from bench.state_cache import COMMANDS, cascades, figures, play_group
+from obsspec.environments.pool import SandboxPool
 from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings

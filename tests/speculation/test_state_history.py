@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from obsspec.environments.fake_sandbox import FakeSandbox
-from obsspec.world_model.cache import CachePredictor
-from obsspec.world_model.cascade import CascadePredictor, default_cascade
-from obsspec.world_model.state_cache import StateCachePredictor
-
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.agent.protocol import Action, ActionFormat, format_action
+from obsspec.environments.fake_sandbox import FakeSandbox
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.gate import GateMode, GateSettings
 from obsspec.speculation.predictor import Prediction, SpeculationContext
@@ -19,6 +15,9 @@ from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
 from obsspec.types import ExecResult, render_observation
+from obsspec.world_model.cache import CachePredictor
+from obsspec.world_model.cascade import CascadePredictor, default_cascade
+from obsspec.world_model.state_cache import StateCachePredictor
 from tests.speculation.fakes import new_episode
 
 TIMEOUT_S = 0.05

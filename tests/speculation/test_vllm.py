@@ -91,11 +91,10 @@ async def test_speculation_on_vllm_is_lossless_and_leaves_nothing(tiny_engine, b
 async def test_the_world_model_on_vllm_is_scored_apart_from_the_cascade(tiny_engine, builder):
     """LMPredictor on the real engine inside the default cascade: every command the rules did
     not answer, and whose real output did not come first, has the world model asked."""
+    from obsspec.speculation.totals import SpeculationTotals
     from obsspec.world_model.cascade import default_cascade
     from obsspec.world_model.lm import LMPredictor
     from obsspec.world_model.prompt import WorldModelPrompt
-
-    from obsspec.speculation.totals import SpeculationTotals
 
     seed = 7
     lm = LMPredictor(tiny_engine, WorldModelPrompt(builder), max_tokens=8)

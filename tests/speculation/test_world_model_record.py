@@ -3,8 +3,6 @@ its guesses, and whether its first (or any) guess was the real observation."""
 
 from __future__ import annotations
 
-from obsspec.world_model.cascade import CascadePredictor
-
 from obsspec.agent.episode import EpisodeLimits, play
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.gate import GateMode, GateSettings
@@ -12,6 +10,7 @@ from obsspec.speculation.predictor import Prediction
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
+from obsspec.world_model.cascade import CascadePredictor
 from tests.speculation.fakes import fake_policy, near_miss, new_episode, step_sandbox, truth_of
 
 COMMANDS = ["ls", "echo hi", "cat notes.txt", "date", "make"]

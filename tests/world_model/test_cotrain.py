@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 
 import pytest
+
+from obsspec.types import TRUNCATION_MARKER
 from obsspec.world_model.config import CotrainSettings
 from obsspec.world_model.cotrain import CoTrainer
 from obsspec.world_model.data import world_model_prompt
 from obsspec.world_model.examples import build_examples
-
-from obsspec.types import TRUNCATION_MARKER
 from tests.world_model.runs import FMT, episode_row, steps_for
 
 

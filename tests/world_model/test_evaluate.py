@@ -4,11 +4,11 @@ alone over every turn (as `exact_match_rate`), the cascade's is apart."""
 from __future__ import annotations
 
 import pytest
+
+from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.world_model.config import EvalSettings
 from obsspec.world_model.evaluate import Scored, replay_cascade, summarise
 from obsspec.world_model.examples import Example
-
-from obsspec.speculation.predictor import Prediction, SpeculationContext
 
 SILENT = "(no output)\n[exit code: 0]"
 

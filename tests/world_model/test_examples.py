@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from obsspec.world_model.examples import build_examples, family_of
-from obsspec.world_model.prompt import WorldModelPrompt
 
 from obsspec.types import TRUNCATION_MARKER
+from obsspec.world_model.examples import build_examples, family_of
+from obsspec.world_model.prompt import WorldModelPrompt
 from tests.rollout.test_dataset import row
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from obsspec.world_model.lm import LMPredictor
-from obsspec.world_model.prompt import WorldModelPrompt, check_same_tokenizer
 
 from obsspec.errors import ConfigError
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.speculation.predictor import SpeculationContext
+from obsspec.world_model.lm import LMPredictor
+from obsspec.world_model.prompt import WorldModelPrompt, check_same_tokenizer
 
 OBSERVATIONS = [
     "(no output)\n[exit code: 0]",

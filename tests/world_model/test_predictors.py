@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
+
 from obsspec.environments.sandbox import DockerSandbox
+from obsspec.speculation.predictor import Prediction, SpeculationContext, offered_by
+from obsspec.types import render_observation
 from obsspec.world_model.cache import CachePredictor
 from obsspec.world_model.cascade import CascadePredictor
 from obsspec.world_model.oracle import OraclePredictor
 from obsspec.world_model.rules import RulePredictor
 from obsspec.world_model.turns import turn_records
-
-from obsspec.speculation.predictor import Prediction, SpeculationContext, offered_by
-from obsspec.types import render_observation
 from tests.rollout.test_dataset import row
 
 CTX = SpeculationContext("h", (1, 2, 3))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from obsspec.speculation.predictor import SpeculationContext
 from obsspec.world_model.cascade import default_cascade
 from obsspec.world_model.state_cache import StateCachePredictor, state_key
 from obsspec.world_model.turns import turn_records
-
-from obsspec.speculation.predictor import SpeculationContext
 
 LS = "a b\n[exit code: 0]"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from obsspec.errors import ConfigError
 from obsspec.world_model.config import TrainWMConfig
 from obsspec.world_model.data import load_data, load_eval_data
 from obsspec.world_model.evaluate import report_keys
 from obsspec.world_model.training import train_world_model
-
-from obsspec.errors import ConfigError
 from tests.cli.test_cli import obsspec
 from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
