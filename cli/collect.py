@@ -29,6 +29,7 @@ from obsspec.cli.common import (
     out,
     task_access_flags,
 )
+from obsspec.cli.hub_options import PushToHubOption, check_push, push
 from obsspec.cli.limit_options import MaxTokensOption, MaxTurnsOption, TemperatureOption
 from obsspec.cli.speculation_options import (
     SPECULATION,
@@ -134,6 +135,7 @@ def collect(
     gate: GateOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    push_to_hub: PushToHubOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -152,6 +154,7 @@ def collect(
     from obsspec.rollout.collect import collect as run_collection
     from obsspec.rollout.config import load_collect_config
 
+    check_push(push_to_hub)  # before any work
     sets = config_sets(set_keys)
     settings = global_config(
         config, cache_dir, sets=sets, table="collect", image_map=image_map, runs_tasks=True
@@ -217,11 +220,18 @@ def collect(
                 f"{collect_config.out}; rerun the same command to resume"
             )
             raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 143) from None
+    if push_to_hub and not summary["missing"]:
+        json_stdout.partial = lambda: summary  # a failed push still reports the collection
+        summary["pushed"] = push(collect_config.out, push_to_hub, repo_type="dataset")
     if json_output:
         emit_json(summary)
     else:
         out.print(summary_table(summary))
+        if summary.get("pushed"):
+            out.print(f"pushed to {summary['pushed']}")
     if summary["missing"]:
+        if push_to_hub:
+            err.print(f"not pushed to {push_to_hub}: the dataset is incomplete")
         raise not_all_collected(summary, collect_config.out)
 
 

@@ -16,6 +16,7 @@ from obsspec.cli.common import (
     json_stdout,
     out,
 )
+from obsspec.cli.hub_options import PushToHubOption, check_push, push
 from obsspec.rollout.export import ExportFormat
 
 FILTERS = "Filters"
@@ -85,15 +86,7 @@ def export(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace --out if it exists.")
     ] = False,
-    push_to_hub: Annotated[
-        str | None,
-        typer.Option(
-            "--push-to-hub",
-            metavar="REPO",
-            help="Also upload the file to this Hugging Face dataset repository (needs a "
-            "reachable hub, a token and HF_HUB_OFFLINE=0).",
-        ),
-    ] = None,
+    push_to_hub: PushToHubOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
 ) -> None:
@@ -105,8 +98,6 @@ def export(
     episode's own token ids. Broken episodes (infrastructure errors, no reply) are left
     out and counted. See docs/export.md.
     """
-    from obsspec.errors import HubError
-    from obsspec.hub import check_hub, push_file
     from obsspec.models.tokenizer import load_tokenizer
     from obsspec.rollout.export import (
         RUN,
@@ -127,18 +118,14 @@ def export(
         skip_unverified=skip_unverified,
     )
     preflight(run, out_file, overwrite=overwrite)
-    if push_to_hub:
-        check_hub(push_to_hub)  # an unreachable hub fails before anything is written
+    check_push(push_to_hub)  # an unreachable hub fails before anything is written
     models_dir = global_config(None, cache_dir).paths.models_dir
     manifest = read_run_manifest(run, flag=RUN)
     report = export_run(request, load_tokenizer(policy_tokenizer(manifest, tokenizer, models_dir)))
     summary = report.as_dict()
     json_stdout.partial = lambda: summary  # a failed push still reports the export
     if push_to_hub:
-        try:
-            summary["pushed"] = push_file(out_file, push_to_hub)
-        except HubError as e:
-            raise HubError(f"{e}; the export is written: {out_file}", hint=e.hint) from e
+        summary["pushed"] = push(out_file, push_to_hub, repo_type="dataset")
     if json_output:
         emit_json({**summary, "status": "ok"})
     else:

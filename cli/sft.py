@@ -18,6 +18,7 @@ from obsspec.cli.common import (
     global_config,
     progress_printer,
 )
+from obsspec.cli.hub_options import PushToHubOption, check_push
 from obsspec.cli.sft_view import render_evaluation, training_table
 from obsspec.cli.train_view import TrainView
 from obsspec.cli.training import (
@@ -115,6 +116,7 @@ def sft(
         ),
     ] = False,
     wandb_project: WandbProjectOption = None,
+    push_to_hub: PushToHubOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -142,6 +144,9 @@ def sft(
     from obsspec.sft.evaluate import evaluate_policy
     from obsspec.sft.training import train_policy
 
+    if push_to_hub and eval_only:
+        raise ConfigError("--push-to-hub pushes the trained model: it does not go with --eval-only")
+    check_push(push_to_hub)  # before any work
     if wandb_project and eval_only:
         raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
     sets = config_sets(set_keys)
@@ -197,7 +202,9 @@ def sft(
             sft_config, settings.paths.models_dir, view.on_step, note, view.on_episodes
         )
 
-    train_and_show(run, str(sft_config.out), json_output, training_table, render_evaluation)
+    train_and_show(
+        run, str(sft_config.out), json_output, training_table, render_evaluation, push_to_hub
+    )
 
 
 def emitter(on_episodes, note):

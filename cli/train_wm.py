@@ -25,6 +25,7 @@ from obsspec.cli.gate_options import (
     gated,
     parse_gate_flags,
 )
+from obsspec.cli.hub_options import PushToHubOption, check_push
 from obsspec.cli.train_view import TrainView
 from obsspec.cli.train_wm_view import render_evaluation, training_table
 from obsspec.cli.training import (
@@ -103,6 +104,7 @@ def train_wm(
     fail_under: FailUnderOption = None,
     fail_over: FailOverOption = None,
     wandb_project: WandbProjectOption = None,
+    push_to_hub: PushToHubOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
@@ -131,6 +133,9 @@ def train_wm(
     from obsspec.world_model.training import evaluate_world_model, train_world_model
 
     gates = parse_gate_flags(fail_under, fail_over, report_keys())
+    if push_to_hub and eval_only:
+        raise ConfigError("--push-to-hub pushes the trained model: it does not go with --eval-only")
+    check_push(push_to_hub)  # before any work
     if wandb_project and eval_only:
         raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
     if gates and not eval_only:
@@ -190,4 +195,6 @@ def train_wm(
             train_config, settings.paths.models_dir, view.on_step, note, view.on_prediction
         )
 
-    train_and_show(run, str(train_config.out), json_output, training_table, render_evaluation)
+    train_and_show(
+        run, str(train_config.out), json_output, training_table, render_evaluation, push_to_hub
+    )

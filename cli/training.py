@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from obsspec.cli.common import drop_unset, emit_json, out, progress_printer
+from obsspec.cli.common import drop_unset, emit_json, json_stdout, out, progress_printer
+from obsspec.cli.hub_options import push
 from obsspec.cli.train_view import TrainView
 
 TRAINING = "Training"
@@ -99,9 +101,11 @@ def train_and_show(
     json_output: bool,
     training_table: Callable[[dict], Any],
     render_evaluation: Callable[[dict, bool], None],
+    push_to_hub: str | None = None,
 ) -> None:
     """Run train(view, note), which returns the training record, on every torchrun rank (or
-    in this one process); rank 0 prints the summary and the evaluation."""
+    in this one process); rank 0 pushes the model when asked (`--push-to-hub`, checked
+    before the training), then prints the summary and the evaluation."""
     from obsspec.train import distributed
 
     ranks = distributed.init_from_env(os.environ)  # launched by torchrun: join its group
@@ -119,6 +123,9 @@ def train_and_show(
         "data": record["data"],
         **({"evaluation": record["evaluation"]} if "evaluation" in record else {}),
     }
+    if push_to_hub:
+        json_stdout.partial = lambda: summary  # a failed push still reports the training
+        summary["pushed"] = push(Path(out_dir), push_to_hub, repo_type="model")
     if json_output:
         emit_json(summary)
         return

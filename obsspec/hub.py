@@ -1,7 +1,8 @@
-"""Pushing a file to a Hugging Face Hub dataset repository (`--push-to-hub REPO`).
+"""Pushing results to a Hugging Face Hub repository (`--push-to-hub REPO`).
 
-    user = check_hub(repo)          # before any work: the hub answers and knows the user
-    url = push_file(path, repo)     # after it: the file, into the repository's root
+    user = check_hub(repo)                          # before any work: the hub answers
+    url = push_file(path, repo)                     # export's file, into a dataset repo
+    url = push_folder(out, repo, repo_type="model") # train-wm/sft's model, collect's dataset
 
 Nothing else in obsspec needs a hub (models are local directories, and the CLI runs with
 HF_HUB_OFFLINE=1 unless the environment sets it), so a push fails with one line that says
@@ -13,8 +14,11 @@ reachable).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from obsspec.errors import HubError
+
+RepoType = Literal["dataset", "model"]
 
 FLAG = "--push-to-hub"
 
@@ -50,6 +54,28 @@ def push_file(path: Path, repo: str, *, endpoint: str | None = None) -> str:
         )
     except Exception as e:
         raise hub_error(repo, e) from e
+
+
+def push_folder(
+    folder: Path, repo: str, *, repo_type: RepoType, endpoint: str | None = None
+) -> str:
+    """Upload folder's files into repository repo (made if missing), hidden files (a run's
+    locks and temporary files) left out; the commit's URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint)
+    try:
+        api.create_repo(repo, repo_type=repo_type, exist_ok=True)
+        commit = api.upload_folder(
+            folder_path=folder,
+            repo_id=repo,
+            repo_type=repo_type,
+            ignore_patterns=[".*", "**/.*"],
+            commit_message=f"obsspec: {folder.name}",
+        )
+    except Exception as e:
+        raise hub_error(repo, e) from e
+    return str(getattr(commit, "commit_url", commit))
 
 
 def hub_error(repo: str, error: Exception) -> HubError:

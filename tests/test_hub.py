@@ -49,3 +49,33 @@ def test_no_token_and_a_bad_repo_id(online):
     assert "HF_TOKEN" in e.value.hint
     with pytest.raises(HubError, match="not a repository id"):
         check_hub("not a repo", endpoint=online)
+
+
+def test_a_folder_push_to_an_unreachable_hub_is_a_clear_error(online, monkeypatch, tmp_path):
+    from obsspec.hub import push_folder
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with pytest.raises(HubError, match="cannot be reached"):
+        push_folder(tmp_path / "model", "me/wm", repo_type="model", endpoint=online)
+
+
+def test_every_command_that_pushes_refuses_an_offline_hub_before_any_work(tmp_path):
+    from tests.cli.test_cli import obsspec
+
+    commands = {
+        "collect": ["collect", "--tasks", str(tmp_path), "--policy", "oracle"],
+        "train-wm": ["train-wm", "--data", str(tmp_path)],
+        "sft": ["sft", "--data", str(tmp_path)],
+    }
+    for name, args in commands.items():
+        out = tmp_path / name
+        result = obsspec(*args, "--out", str(out), "--push-to-hub", "me/repo")
+        assert result.returncode == 1, (name, result.stderr)
+        assert "--push-to-hub me/repo" in result.stderr and "offline mode" in result.stderr
+        assert not out.exists(), name  # nothing was started
+    result = obsspec(
+        "train-wm", "--eval-only", "--model", "m", "--data", "d", "--push-to-hub", "me/r"
+    )
+    assert result.returncode != 0 and "--eval-only" in result.stderr
