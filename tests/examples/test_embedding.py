@@ -68,10 +68,17 @@ async def test_the_custom_rollout_speculates_losslessly_on_the_callers_engines(
         assert len(response) == len(mask) == len(logprobs) and prompt and sum(mask) > 0
     summary = out["speculation"]
     assert summary["attempted"] > 0 and summary["lossless_violations"] == 0
-    assert summary["matched"] > 0  # the sibling's commands come back from the state cache
     commands = [command for command, _ in out["records"][1]]
     assert commands == SOLUTION
-    sources = {record.source for records in out["records"] for _, record in records}
+    # The next batch (a later step) on the same Speculator: its commands come back from the
+    # state cache (siblings played in lockstep, as these identical ones are, may each run a
+    # command before the other has an output to share).
+    later = await example.rollout(
+        [{"task_dir": GREETING, "seed": seed} for seed in (2, 3)], policy, speculator
+    )
+    assert later["rewards"] == [1.0, 1.0] and later["speculation"]["lossless_violations"] == 0
+    assert later["speculation"]["matched"] > 0
+    sources = {record.source for records in later["records"] for _, record in records}
     assert "state" in sources
 
     # lossless: the sequential rollout of the same batch is the same, token for token

@@ -160,7 +160,13 @@ def assert_same_steps(want: list[dict], got: list[dict]) -> None:
     assert [row["step"] for row in got] == [row["step"] for row in want]
     for a, b in zip(want, got, strict=True):
         for key in LEARNED:
-            if isinstance(a[key], float):
+            if key == "logprob_mismatch":
+                # The sampler's side of it: vLLM's CPU logprobs of the same tokens move in the
+                # 6th digit with how requests happen to be batched (one CI run gave 5.159e-4
+                # and 5.206e-4 for the same step in two runs, either way round); the tokens,
+                # the rewards and the trainer's figures are the same.
+                assert b[key] == pytest.approx(a[key], rel=0.05), (a["step"], key)
+            elif isinstance(a[key], float):
                 assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
             else:
                 assert b[key] == a[key], (a["step"], key)
