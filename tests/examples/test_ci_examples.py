@@ -127,14 +127,17 @@ def test_the_job_passes_its_gates_and_fails_on_one_that_cannot_hold(
 
     code, _, stderr = run(tasks_step, job_dir, job)
     assert code == 0, stderr
+    # The validation first, alone: once, beside the failing run's engine start and the rest
+    # of the suite, a workflow-ci reference solution earned 0 (not yet explained; see the
+    # closing note of the session that saw it).
+    code, _, stderr = run(validate, job_dir, job)
+    assert code == 0, stderr
+    assert "gate passed: solution_pass_rate >= 1, measured 1" in stderr
     # The failing run profiles the same tasks in a directory of its own, beside the job's
-    # validation (which waits on the tasks' slow commands) and profile.
+    # profile.
     shutil.copytree(job_dir / OUT / "tasks", failing_dir / OUT / "tasks")
     log = tmp_path / "failing.log"
     with in_background(profile, failing_dir, failing, log) as failing_run:
-        code, _, stderr = run(validate, job_dir, job)
-        assert code == 0, stderr
-        assert "gate passed: solution_pass_rate >= 1, measured 1" in stderr
         code, stdout, stderr = run(profile, job_dir, job)
         assert code == 0, stderr
         assert stdout == ""  # the Markdown went to the job summary
