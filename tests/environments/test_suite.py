@@ -54,3 +54,16 @@ async def test_every_family_validates(tmp_path, docker_client, base_image, run_i
     summary = summarize(reports)
     assert summary["failures"] == []
     assert summary["solution_pass"] == summary["noop_fail"] == len(FAMILIES)
+
+
+def test_no_check_pipes_into_grep_q(tmp_path):
+    """check.sh runs under `set -o pipefail`: `producer | grep -q X` exits at the first match,
+    the producer's next write gets SIGPIPE, and the check fails though the task is solved.
+    workflow-ci's `tar -tzf ... | grep -q` did so in 8 of 200 runs of a 10-file listing, and
+    once scored a reference solution 0 in CI."""
+    import re
+
+    for task_dir in generate(tmp_path, len(FAMILIES), seed=3):
+        check = (task_dir / "tests" / "check.sh").read_text()
+        assert "pipefail" in check
+        assert not re.search(r"\|\s*grep\s+(-\w*q|--quiet)", check), task_dir.name

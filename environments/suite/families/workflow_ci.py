@@ -132,7 +132,7 @@ cd /tmp/verify
 for stage in build test package; do CI_FAST=1 bash ci.sh $stage; done
 . ./ci.conf
 [ "$version" = "{version}" ] && [ "$name" = "{name}" ]
-tar -tzf {root}/dist/{name}-{version}.tar.gz | grep -q '^{name}/VERSION$'
+tar -tzf {root}/dist/{name}-{version}.tar.gz | grep '^{name}/VERSION$' >/dev/null
 """
     return GeneratedTask(
         instruction=instruction,
