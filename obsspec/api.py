@@ -51,7 +51,8 @@ from obsspec.inference.openai_http import OpenAIEngine
 from obsspec.inference.scripted import ScriptedEngine
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 from obsspec.models.tokenizer import load_tokenizer
-from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.rollout.config import EngineOptions
+from obsspec.rollout.speculation import speculative_loop
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
@@ -98,7 +99,8 @@ class Speculator:
     limits         turns, tokens per reply, temperature, action format (EpisodeLimits)
     settings       depth, breadth, gate, prediction timeout (SpeculationSettings)
     wm_max_tokens  the world model's longest answer [default: the longest observation the
-                   policy can be shown, capped at 4096]; an answer cut off is no answer
+                   policy can be shown, capped at the default context length, 4096 tokens];
+                   an answer cut off is no answer
     model          the name recorded in each trajectory
     """
 
@@ -113,19 +115,17 @@ class Speculator:
         wm_max_tokens: int | None = None,
         model: str = "",
     ) -> None:
-        from obsspec.world_model.cascade import default_cascade
-        from obsspec.world_model.lm import LMPredictor
-        from obsspec.world_model.prompt import WorldModelPrompt
-
         self.limits = limits or EpisodeLimits()
         self.builder = ChatContextBuilder(tokenizer, observation_role(self.limits.action_format))
         self.model = model
-        lm = None
-        if world_model is not None:
-            longest = longest_observation_chars(self.limits.observation_max_chars) + 1
-            answer = wm_max_tokens or min(longest, 4096)
-            lm = LMPredictor(world_model, WorldModelPrompt(self.builder), max_tokens=answer)
-        self.loop = SpeculativeLoop(default_cascade(lm, threshold), settings=settings)
+        longest = longest_observation_chars(self.limits.observation_max_chars) + 1
+        self.loop = speculative_loop(
+            self.builder,
+            world_model,
+            settings or SpeculationSettings(),
+            threshold=threshold,
+            answer_tokens=wm_max_tokens or min(longest, EngineOptions().max_model_len),
+        )
 
     async def play(
         self,

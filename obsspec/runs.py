@@ -111,15 +111,21 @@ def check_tokenization(rows: list[dict], builder, run: Path, flag: str, whose: s
         for turn in row["turns"]:
             if turn["action"] == "done":  # the episode ended: no observation followed
                 continue
-            expected = builder.turn_end_ids(turn["action_ids"]) + builder.observation_ids(
-                turn["observation"]
-            )
-            if turn["observation_ids"] != expected:
+            if not observation_reencodes(builder, turn):
                 why = f"task {row['task_id']} turn {turn['index']} encodes differently"
                 raise different_tokenizer(run, flag, whose, why)
             checked += 1
             if checked >= TURNS_CHECKED:
                 return
+
+
+def observation_reencodes(builder, turn: dict) -> bool:
+    """Whether a turn's observation, rendered by builder (the policy's tokenizer and chat
+    template), gives the ids the policy was shown after its reply."""
+    expected = builder.turn_end_ids(turn["action_ids"]) + builder.observation_ids(
+        turn["observation"]
+    )
+    return expected == turn["observation_ids"]
 
 
 def different_tokenizer(run: Path, flag: str, whose: str, why: str) -> ConfigError:

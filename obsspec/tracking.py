@@ -22,6 +22,8 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,18 @@ def wandb_logger(
     if settings.project is None:
         return contextlib.nullcontext()
     return WandbLogger(settings, run_dir, config, resume=resume, prefix=prefix)
+
+
+def config_logger(config, prefix: str) -> Callable[[], AbstractContextManager]:
+    """open_logger for obsspec.train.loop.train_into, from a training config with `wandb`,
+    `out` and `resume` (sft's, train-wm's): the run's directory and resolved config."""
+    return lambda: wandb_logger(
+        config.wandb,
+        config.out,
+        config.model_dump(mode="json"),
+        resume=config.resume,
+        prefix=prefix,
+    )
 
 
 class WandbLogger:

@@ -17,7 +17,7 @@ from pathlib import Path
 from obsspec.errors import ConfigError
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
-from obsspec.tracking import require_wandb, wandb_logger
+from obsspec.tracking import config_logger, require_wandb
 from obsspec.train import distributed
 from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.fresh import call_in_fresh_process
@@ -85,13 +85,7 @@ def train_world_model(
         settings=config.train,
         held_out=held_out.sequences,
         progress=on_step,
-        open_logger=lambda: wandb_logger(
-            config.wandb,
-            config.out,
-            config.model_dump(mode="json"),
-            resume=config.resume,
-            prefix="train_wm",
-        ),
+        open_logger=config_logger(config, "train_wm"),
     )
     record = {
         "kind": "world_model",

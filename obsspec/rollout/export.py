@@ -48,7 +48,13 @@ from obsspec.config import DEFAULT_MODEL
 from obsspec.errors import ConfigError, ModelError, ObsspecError
 from obsspec.models.registry import resolve_model
 from obsspec.rollout.dataset import write_atomically
-from obsspec.runs import DATA_DIR, action_format, read_rows, read_run_manifest
+from obsspec.runs import (
+    DATA_DIR,
+    action_format,
+    observation_reencodes,
+    read_rows,
+    read_run_manifest,
+)
 
 RUN = "RUN"  # the argument that names the run, in errors
 EXAMPLES = 3  # unverified episodes named in the report
@@ -282,9 +288,7 @@ class Chat:
     def observations_differ(self, row: dict) -> str | None:
         """Why an observation the policy saw does not re-encode to its ids (None: all do)."""
         for turn in row["turns"][:-1]:
-            expected = self.builder.turn_end_ids(turn["action_ids"])
-            expected += self.builder.observation_ids(turn["observation"])
-            if expected != turn["observation_ids"]:
+            if not observation_reencodes(self.builder, turn):
                 return f"turn {turn['index']}'s observation does not re-encode to its ids"
         return None
 

@@ -49,6 +49,7 @@ from obsspec.rollout.engines import (
 from obsspec.rollout.events import Event, Note
 from obsspec.rollout.policy import Policy, policy_model
 from obsspec.rollout.sandboxes import NoRunnableTask, TaskPools, build_images, require_images
+from obsspec.rollout.speculation import speculative_loop
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.trajectory import Trajectory
 
@@ -186,16 +187,14 @@ class RolloutSession:
 
     def _speculative_loop(self, policy: Policy) -> SpeculativeLoop:
         """A loop with a new cascade (state cache, rules, world model on its engine) and gate."""
-        from obsspec.world_model.cascade import default_cascade
-        from obsspec.world_model.lm import LMPredictor
-        from obsspec.world_model.prompt import WorldModelPrompt
-
         spec = self.settings.speculation
-        lm = None
-        if spec.world_model:
-            prompt = WorldModelPrompt(policy.builder)
-            lm = LMPredictor(self._wm_engine, prompt, max_tokens=self.settings.wm_answer_tokens)
-        return SpeculativeLoop(default_cascade(lm, spec.threshold), settings=spec)
+        return speculative_loop(
+            policy.builder,
+            self._wm_engine if spec.world_model else None,
+            spec,
+            threshold=spec.threshold,
+            answer_tokens=self.settings.wm_answer_tokens,
+        )
 
     def reset_speculation(self) -> None:
         """Replace the speculative loop with a new one on the same engines: its cache and

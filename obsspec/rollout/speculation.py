@@ -1,6 +1,7 @@
-"""The check every pipeline runs before starting speculation (the session opens the loop).
+"""The check every pipeline runs before starting speculation, and the loop it then runs.
 
     check_world_model(settings, models_dir)   # before anything is made
+    loop = speculative_loop(builder, wm_engine, spec, threshold=0.5, answer_tokens=1024)
 
 Predictors: the state cache, the rules and (with `world_model`) the world model on its own
 engine, asked in that order (world_model.cascade); obsspec.rollout.session wires them.
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from obsspec.agent.context import ChatContextBuilder
 from obsspec.errors import ModelError
+from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.policy import policy_model
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
 
 
 def check_world_model(config: RolloutSettings, models_dir: Path) -> None:
@@ -35,3 +40,24 @@ def check_world_model(config: RolloutSettings, models_dir: Path) -> None:
         policy=config.policy,
         wm=name,
     )
+
+
+def speculative_loop(
+    builder: ChatContextBuilder,
+    wm_engine: Engine | None,
+    settings: SpeculationSettings,
+    *,
+    threshold: float,
+    answer_tokens: int,
+) -> SpeculativeLoop:
+    """A loop with a new cascade (state cache, rules, and the world model on wm_engine when
+    there is one, answering at most answer_tokens) and a new gate. The session and
+    obsspec.api both build theirs here."""
+    from obsspec.world_model.cascade import default_cascade
+    from obsspec.world_model.lm import LMPredictor
+    from obsspec.world_model.prompt import WorldModelPrompt
+
+    lm = None
+    if wm_engine is not None:
+        lm = LMPredictor(wm_engine, WorldModelPrompt(builder), max_tokens=answer_tokens)
+    return SpeculativeLoop(default_cascade(lm, threshold), settings=settings)

@@ -18,7 +18,7 @@ from obsspec.models.tokenizer import load_tokenizer
 from obsspec.sft.config import EvalPolicyConfig, SFTConfig, check_eval_tasks
 from obsspec.sft.data import load_policy_data
 from obsspec.sft.evaluate import evaluate_policy, held_out_tasks
-from obsspec.tracking import require_wandb, wandb_logger
+from obsspec.tracking import config_logger, require_wandb
 from obsspec.train import distributed
 from obsspec.train.checkpoint import write_record
 from obsspec.train.fresh import call_in_fresh_process
@@ -60,13 +60,7 @@ def train_policy(
         sequences=packed.sequences,
         settings=config.train,
         progress=on_step,
-        open_logger=lambda: wandb_logger(
-            config.wandb,
-            config.out,
-            config.model_dump(mode="json"),
-            resume=config.resume,
-            prefix="sft",
-        ),
+        open_logger=config_logger(config, "sft"),
     )
     record = {
         "kind": "policy",
