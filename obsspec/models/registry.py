@@ -1,4 +1,9 @@
-"""Models obsspec knows by name, and how a name or a path becomes a model directory."""
+"""Models obsspec knows by name, and how a name, a path or a hub id becomes a model directory.
+
+path = resolve_model("smollm2-135m-instruct", models_dir)   # a known name, pulled
+path = resolve_model("./my-checkpoint", models_dir)         # a local HF directory
+path = resolve_model("Qwen/Qwen3-8B", models_dir)           # a hub id (see hub_models)
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from obsspec.errors import ModelError
+from obsspec.models.hub_models import (
+    HubId,
+    Step,
+    downloaded,
+    fetch_hub_model,
+    hub_model_dir,
+    parse_hub_id,
+)
 
 
 @dataclass(frozen=True)
@@ -54,11 +67,32 @@ def model_dir(models_dir: Path, name: str) -> Path:
 
 
 def looks_like_path(name_or_path: str) -> bool:
-    return "/" in name_or_path or name_or_path.startswith(".") or Path(name_or_path).is_dir()
+    """Spelled as a path: relative to `.`, `~` or `/`, an existing directory, or with a slash
+    that no hub id has (`a/b/c`). A bare `a/b` is a hub id unless that directory exists."""
+    if name_or_path.startswith((".", "~", "/")) or Path(name_or_path).is_dir():
+        return True
+    return "/" in name_or_path and parse_hub_id(name_or_path) is None
 
 
-def resolve_model(name_or_path: str, models_dir: Path) -> Path:
-    """Turn a known model name or a local HF directory path into a usable model directory."""
+def hub_id_of(name_or_path: str) -> HubId | None:
+    """The hub id a model name means, or None for a known name or a path (see resolve_model)."""
+    if name_or_path in KNOWN_MODELS or looks_like_path(name_or_path):
+        return None
+    return parse_hub_id(name_or_path)
+
+
+def resolve_model(name_or_path: str, models_dir: Path, *, on_step: Step = lambda _: None) -> Path:
+    """Turn a model name into a usable model directory. In this order:
+
+    1. a known name (KNOWN_MODELS): its pulled copy in models_dir;
+    2. an existing directory (absolute or relative): used as it is, so a relative `a/b`
+       that exists is a path, never a hub id;
+    3. a Hugging Face Hub id `owner/name[@revision]`: its download in
+       models_dir/hub/owner--name[@revision], made now when missing and the hub is on
+       (HF_HUB_OFFLINE=0); with the hub off (obsspec's default), a ModelError;
+    4. anything else spelled as a path (`./x`, `~/x`, `/x`, `a/b/c`): a ModelError saying
+       what is wrong with it.
+    """
     if name_or_path in KNOWN_MODELS:
         path = model_dir(models_dir, name_or_path)
         if not (path / "config.json").is_file():
@@ -67,13 +101,20 @@ def resolve_model(name_or_path: str, models_dir: Path) -> Path:
                 hint=f"run: obsspec models pull {name_or_path}",
             )
         return path
+    hub_id = hub_id_of(name_or_path)
+    if hub_id is not None:
+        path = hub_model_dir(models_dir, hub_id)
+        if not downloaded(path):
+            fetch_hub_model(hub_id, models_dir, on_step=on_step)
+        check_hf_dir(path)
+        return path
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         check_hf_dir(path)
         return path
     raise ModelError(
-        f"'{name_or_path}' is neither a known model ({known_names()}) "
-        "nor a local Hugging Face model directory"
+        f"'{name_or_path}' is neither a known model ({known_names()}), a local Hugging Face "
+        "model directory, nor a hub id (owner/name)"
     )
 
 

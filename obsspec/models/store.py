@@ -11,8 +11,12 @@ A directory without a manifest, or whose files no longer match it, is not a pull
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -98,3 +102,23 @@ def installed_models(models_dir: Path) -> list[tuple[Path, ModelManifest]]:
             if manifest is not None:
                 found.append((path, manifest))
     return found
+
+
+def swap_into_place(built: Path, target: Path) -> None:
+    """Replace target with built using renames, so readers see the old or the new, never half."""
+    old = target.with_name(f".{target.name}.old")
+    if target.exists():
+        target.rename(old)
+    built.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Serialise pulls of one model across processes (two `make test`s, say)."""
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
