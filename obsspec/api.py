@@ -37,9 +37,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 
-from obsspec.agent.context import ChatContextBuilder
-from obsspec.agent.episode import EpisodeLimits, run_episode
-from obsspec.agent.protocol import observation_role
+from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
 from obsspec.environments.sandbox import SandboxLimits
@@ -116,7 +114,7 @@ class Speculator:
         model: str = "",
     ) -> None:
         self.limits = limits or EpisodeLimits()
-        self.builder = ChatContextBuilder(tokenizer, observation_role(self.limits.action_format))
+        self.builder = context_builder(tokenizer, self.limits)
         self.model = model
         longest = longest_observation_chars(self.limits.observation_max_chars) + 1
         self.loop = speculative_loop(

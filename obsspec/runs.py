@@ -78,6 +78,12 @@ def action_format(manifest: dict) -> str:
     return limits.get("action_format", "markdown")
 
 
+def chat_template_kwargs(manifest: dict) -> dict:
+    """The chat-template kwargs the run's policy context was rendered with (none: {})."""
+    limits = (manifest.get("identity") or {}).get("limits") or {}
+    return limits.get("chat_template_kwargs") or {}
+
+
 def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[dict], str]:
     """All rows of the runs, checked against tokenizer, and their shared action format;
     whose names the tokenizer's owner in errors ("the world model's")."""
@@ -87,7 +93,8 @@ def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[
     rows: list[dict] = []
     formats: dict[str, Path] = {}
     for run in dirs:
-        fmt = action_format(read_run_manifest(run, flag=flag))
+        manifest = read_run_manifest(run, flag=flag)
+        fmt = action_format(manifest)
         formats.setdefault(fmt, run)
         if len(formats) > 1:
             a, b = formats.items()
@@ -96,7 +103,9 @@ def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[
                 "one model learns one format"
             )
         run_rows = read_rows(run, flag=flag)
-        builder = ChatContextBuilder(tokenizer, observation_role(fmt))
+        builder = ChatContextBuilder(
+            tokenizer, observation_role(fmt), chat_template_kwargs(manifest)
+        )
         check_tokenization(run_rows, builder, run, flag, whose)
         rows += run_rows
     return rows, next(iter(formats))

@@ -11,15 +11,68 @@ The context is built by appending, never by re-rendering history:
 The observation fragment is found from the chat template itself: rendering a conversation
 with placeholders and cutting between them. So any chat template whose assistant turns end
 with the tokenizer's end-of-turn token works (ChatML as in SmolLM2 and Qwen, among others).
+
+Chat-template kwargs (EpisodeLimits.chat_template_kwargs, e.g. Qwen3's
+`{"enable_thinking": False}`) go to every rendering: the prompt and the observation fragment.
+Two rules keep them honest:
+
+    every key must change the rendering   a kwarg the template ignores is a ConfigError, not
+                                          a setting that silently does nothing
+    the observation's opening must not    the world model writes that text after an action;
+    change                                its prompt is built where the kwargs are not known
+                                          (training on recorded runs), so a kwarg may change
+                                          only what lies inside the recorded context ids: the
+                                          prompt and the text after an observation (Qwen3's
+                                          empty <think></think> after the generation prompt)
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from obsspec.errors import ConfigError
 
 _REPLY, _OBS = "\ue000REPLY\ue000", "\ue000OBSERVATION\ue000"
+KWARGS_FIELD = "limits.chat_template_kwargs"  # the setting, as errors name it
+
+
+def render(tokenizer, messages: list[dict], kwargs: Mapping[str, Any]) -> str:
+    """The chat template's text for messages, with the generation prompt."""
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **kwargs
+    )
+
+
+def probe_conversations(role: str) -> list[list[dict]]:
+    """The two shapes of conversation the builder renders: a prompt, and an observation."""
+    return [
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+        [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _REPLY},
+            {"role": role, "content": _OBS},
+        ],
+    ]
+
+
+def check_chat_template_kwargs(tokenizer, kwargs: Mapping[str, Any], role: str = "user") -> None:
+    """A ConfigError naming the first key whose presence changes none of the renderings the
+    builder makes (a misspelling, or a template that does not know it)."""
+    for key in kwargs:
+        without = {k: v for k, v in kwargs.items() if k != key}
+        if all(
+            render(tokenizer, messages, kwargs) == render(tokenizer, messages, without)
+            for messages in probe_conversations(role)
+        ):
+            raise ConfigError(
+                f"{KWARGS_FIELD}: the chat template ignores {key!r} (it renders the same "
+                "text with and without it)",
+                hint="remove it, or check its name against the model's chat template "
+                "(chat_template.jinja or tokenizer_config.json)",
+            )
 
 
 @dataclass(frozen=True)
@@ -31,14 +84,10 @@ class ObservationTemplate:
     after: str
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, role: str = "user") -> ObservationTemplate:
-        messages = [
-            {"role": "system", "content": "s"},
-            {"role": "user", "content": "u"},
-            {"role": "assistant", "content": _REPLY},
-            {"role": role, "content": _OBS},
-        ]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    def from_tokenizer(
+        cls, tokenizer, role: str = "user", kwargs: Mapping[str, Any] | None = None
+    ) -> ObservationTemplate:
+        text = render(tokenizer, probe_conversations(role)[1], kwargs or {})
         end = tokenizer.eos_token or ""
         between = text[text.index(_REPLY) + len(_REPLY) : text.index(_OBS)]
         if not end or not between.startswith(end):
@@ -69,21 +118,42 @@ class TokenContext:
 
 
 class ChatContextBuilder:
-    """Turns prompts, replies and observations into exact token ids for one tokenizer."""
+    """Turns prompts, replies and observations into exact token ids for one tokenizer (and
+    its chat template, rendered with chat_template_kwargs)."""
 
-    def __init__(self, tokenizer, observation_role: str = "user") -> None:
+    def __init__(
+        self,
+        tokenizer,
+        observation_role: str = "user",
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
-        self.template = ObservationTemplate.from_tokenizer(tokenizer, observation_role)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.template = ObservationTemplate.from_tokenizer(
+            tokenizer, observation_role, self.chat_template_kwargs
+        )
+        if self.chat_template_kwargs:
+            check_chat_template_kwargs(tokenizer, self.chat_template_kwargs, observation_role)
+            self._check_observation_opening(observation_role)
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(self.template.end_of_turn)
+
+    def _check_observation_opening(self, observation_role: str) -> None:
+        plain = ObservationTemplate.from_tokenizer(self.tokenizer, observation_role)
+        if (self.template.end_of_turn, self.template.before) != (plain.end_of_turn, plain.before):
+            raise ConfigError(
+                f"{KWARGS_FIELD} {self.chat_template_kwargs} change how the chat template "
+                f"opens an observation ({plain.before!r} becomes {self.template.before!r}); "
+                "the world model's prompt must not depend on them",
+                hint="use kwargs that change only the generation prompt (such as Qwen3's "
+                "enable_thinking)",
+            )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def prompt_ids(self, system: str, user: str) -> list[int]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return self.encode(
-            self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        )
+        return self.encode(render(self.tokenizer, messages, self.chat_template_kwargs))
 
     def turn_end_ids(self, generated: list[int]) -> list[int]:
         """The end-of-turn token when the reply was cut off before producing it."""

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from obsspec.agent.context import ChatContextBuilder, TokenContext
 from obsspec.agent.protocol import (
@@ -31,6 +32,7 @@ from obsspec.agent.protocol import (
     SYSTEM_PROMPTS,
     Action,
     ActionFormat,
+    observation_role,
     parse_action,
     task_prompt,
 )
@@ -56,6 +58,29 @@ class EpisodeLimits(StrictModel):
     temperature: float = Field(default=1.0, ge=0, description="Policy sampling temperature.")
     action_format: ActionFormat = Field(default=ActionFormat.markdown)
     observation_max_chars: int = Field(default=10_000, ge=100)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra variables for the policy's chat template wherever its context is "
+        "rendered, e.g. {enable_thinking = false} for Qwen3's non-thinking mode; each must "
+        "change the rendering (an ignored one is an error). Part of a run's identity.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_kwargs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without kwargs, dumps (run identities among them) stay as they were before the
+        setting existed, so that older runs resume."""
+        data = handler(self)
+        if not self.chat_template_kwargs:
+            data.pop("chat_template_kwargs", None)
+        return data
+
+
+def context_builder(tokenizer, limits: EpisodeLimits) -> ChatContextBuilder:
+    """The policy's context builder under limits: the observation role of its action format,
+    its chat-template kwargs."""
+    return ChatContextBuilder(
+        tokenizer, observation_role(limits.action_format), limits.chat_template_kwargs
+    )
 
 
 class EpisodeEnd(Exception):

@@ -17,7 +17,8 @@ Rows store token ids, not the system and task text. The task text comes from the
 the run was collected on (its manifest names it; `tasks` points elsewhere) or, for a task not
 found there, from the row's prompt ids, cut out of their decoded text by the chat template.
 Either way the conversation is checked the way the episode built its context: re-encoded
-with the policy's tokenizer and chat template (ChatContextBuilder), it must give the row's
+with the policy's tokenizer and chat template (ChatContextBuilder, with the chat-template kwargs
+the run's manifest records in its identity's limits), it must give the row's
 prompt ids and every observation's ids. An episode that does not is unverified and never
 exported: the export fails (nothing is written), or skips it with `skip_unverified`.
 
@@ -42,7 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from obsspec.agent.context import ChatContextBuilder
+from obsspec.agent.context import ChatContextBuilder, render
 from obsspec.agent.protocol import SYSTEM_PROMPTS, ActionFormat, observation_role, task_prompt
 from obsspec.config import DEFAULT_MODEL
 from obsspec.errors import ConfigError, ModelError, ObsspecError
@@ -51,6 +52,7 @@ from obsspec.rollout.dataset import write_atomically
 from obsspec.runs import (
     DATA_DIR,
     action_format,
+    chat_template_kwargs,
     observation_reencodes,
     read_rows,
     read_run_manifest,
@@ -90,6 +92,9 @@ class ExportReport:
     unverified: int = 0  # do not re-encode to their ids (skipped or fatal)
     task_text: Counter = field(default_factory=Counter)  # "task set" / "prompt ids" -> episodes
     unverified_examples: list[str] = field(default_factory=list)
+    # The policy's chat template rendered the conversations with these (a tool that trains
+    # on them should render them alike, e.g. Qwen3 with enable_thinking false).
+    chat_template_kwargs: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -103,7 +108,9 @@ class ExportReport:
             "unverified": self.unverified,
             "task_text": dict(self.task_text),
             "unverified_examples": self.unverified_examples,
-        }
+        } | (
+            {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs else {}
+        )
 
 
 # --- before any work --------------------------------------------------------------------------
@@ -165,8 +172,10 @@ def export_run(request: ExportRequest, tokenizer) -> ExportReport:
     manifest = read_run_manifest(request.run, flag=RUN)
     rows = read_rows(request.run, flag=RUN)
     fmt = run_action_format(manifest)
-    chat = Chat(tokenizer, fmt, task_texts(request.tasks, manifest))
+    kwargs = chat_template_kwargs(manifest)
+    chat = Chat(tokenizer, fmt, task_texts(request.tasks, manifest), kwargs)
     report = ExportReport(str(request.run), str(request.out), request.format.value)
+    report.chat_template_kwargs = kwargs
     report.episodes = len(rows)
     make_record = RECORDS[request.format]
     records = []
@@ -259,12 +268,14 @@ def episode_name(row: dict) -> str:
 class Chat:
     """Rebuilds an episode's messages and checks them against its token ids."""
 
-    def __init__(self, tokenizer, fmt: ActionFormat, tasks: dict[str, str]) -> None:
+    def __init__(
+        self, tokenizer, fmt: ActionFormat, tasks: dict[str, str], kwargs: dict | None = None
+    ) -> None:
         self.role = observation_role(fmt)
         self.system = SYSTEM_PROMPTS[fmt]
         self.tasks = tasks
-        self.builder = ChatContextBuilder(tokenizer, self.role)
-        self.reader = PromptReader(tokenizer, self.system)
+        self.builder = ChatContextBuilder(tokenizer, self.role, kwargs)
+        self.reader = PromptReader(tokenizer, self.system, self.builder.chat_template_kwargs)
 
     def conversation(self, row: dict) -> tuple[list[Message] | None, str]:
         """(messages, where the task text came from), or (None, why it is unverified)."""
@@ -308,13 +319,13 @@ class PromptReader:
 
     PLACEHOLDER = "\ue000TASK\ue000"
 
-    def __init__(self, tokenizer, system: str) -> None:
+    def __init__(self, tokenizer, system: str, kwargs: dict | None = None) -> None:
         self.tokenizer = tokenizer
         messages = [
             {"role": "system", "content": system},
             {"role": "user", "content": self.PLACEHOLDER},
         ]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = render(tokenizer, messages, kwargs or {})
         self.before, _, self.after = text.partition(self.PLACEHOLDER)
 
     def user_message(self, prompt_ids: list[int]) -> str | None:

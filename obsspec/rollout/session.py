@@ -31,9 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from obsspec.agent.context import ChatContextBuilder
-from obsspec.agent.episode import EpisodeLimits, run_episode
-from obsspec.agent.protocol import observation_role
+from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
 from obsspec.environments.gc import gc_containers, run_scope
 from obsspec.environments.tasks.model import Task
 from obsspec.errors import ConfigError
@@ -163,7 +161,7 @@ class RolloutSession:
         settings = self.settings
         model_dir = policy_model(settings, self.models_dir)
         fmt = settings.limits.action_format
-        builder = ChatContextBuilder(load_tokenizer(model_dir), observation_role(fmt))
+        builder = context_builder(load_tokenizer(model_dir), settings.limits)
         engine = self._engine
         if engine is None and not settings.is_oracle:
             engine = await self._stack.enter_async_context(

@@ -1,8 +1,12 @@
 """Exact-token contexts with the real tokenizer of the default model."""
 
+import copy
+
 import pytest
 
 from obsspec.agent.context import ChatContextBuilder, TokenContext
+from obsspec.agent.episode import EpisodeLimits, context_builder
+from obsspec.errors import ConfigError
 
 
 def test_context_equals_the_rendered_conversation(tokenizer):
@@ -46,3 +50,78 @@ def test_hermes_observations_use_the_tool_role(tokenizer):
     builder = ChatContextBuilder(tokenizer, observation_role(ActionFormat.hermes))
     text = tokenizer.decode(builder.observation_ids("out\n[exit code: 0]"))
     assert text == "\n<|im_start|>tool\nout\n[exit code: 0]<|im_end|>\n<|im_start|>assistant\n"
+
+
+# A ChatML template that, like Qwen3's, thinks unless told `enable_thinking=false`: then its
+# generation prompt carries an empty thought.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}"
+)
+NO_THINKING = {"enable_thinking": False}
+
+
+def with_template(tokenizer, template: str):
+    """A copy of tokenizer with another chat template (the session's stays as it is)."""
+    other = copy.deepcopy(tokenizer)
+    other.chat_template = template
+    return other
+
+
+def test_a_kwarg_the_template_ignores_is_an_error(tokenizer):
+    """SmolLM2's template knows no enable_thinking: it must not pass as if it did."""
+    with pytest.raises(ConfigError, match=r"ignores 'enable_thinking'") as info:
+        ChatContextBuilder(tokenizer, chat_template_kwargs=NO_THINKING)
+    assert "limits.chat_template_kwargs" in str(info.value) and info.value.hint
+    thinking = with_template(tokenizer, THINKING_TEMPLATE)
+    with pytest.raises(ConfigError, match=r"ignores 'enable_thiking'"):  # a misspelt second key
+        ChatContextBuilder(thinking, chat_template_kwargs=NO_THINKING | {"enable_thiking": 0})
+
+
+def test_kwargs_reach_the_prompt_and_every_observation(tokenizer):
+    """Each generation prompt the policy is given carries the kwargs' empty thought. (The
+    context is not a re-rendering of the whole conversation: a thinking template drops the
+    thoughts of past turns, which is why the context is appended to, never re-rendered.)"""
+    thinking = with_template(tokenizer, THINKING_TEMPLATE)
+    builder = context_builder(thinking, EpisodeLimits(chat_template_kwargs=NO_THINKING))
+    plain = ChatContextBuilder(thinking)
+    system_and_task = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Task: list files"},
+    ]
+    prompt = thinking.apply_chat_template(
+        system_and_task, add_generation_prompt=True, tokenize=False, enable_thinking=False
+    )
+    context = builder.prompt_ids("sys", "Task: list files")
+    assert thinking.decode(context) == prompt and prompt.endswith("<think>\n\n</think>\n\n")
+    reply = "```bash\nls\n```"
+    context += [*builder.encode(reply), builder.end_of_turn_id, *builder.observation_ids("a")]
+    assert thinking.decode(context) == (
+        f"{prompt}{reply}<|im_end|>\n<|im_start|>user\na<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
+    assert "<think>" not in thinking.decode(plain.prompt_ids("sys", "Task: list files"))
+    assert "<think>" not in plain.template.after
+    # The world model writes the observation's opening itself: the kwargs leave it alone.
+    assert builder.template.before == plain.template.before
+
+
+def test_kwargs_that_change_the_observations_opening_are_refused(tokenizer):
+    shouting = with_template(
+        tokenizer,
+        "{% for m in messages %}{{ '<|im_start|>' + (m.role | upper if loud else m.role) + "
+        "'\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    )
+    with pytest.raises(ConfigError, match="opens an observation"):
+        ChatContextBuilder(shouting, chat_template_kwargs={"loud": True})
+
+
+def test_limits_without_kwargs_dump_as_before_the_setting_existed():
+    """A run's identity holds its limits: older runs must keep theirs to resume."""
+    assert "chat_template_kwargs" not in EpisodeLimits().model_dump(mode="json")
+    limits = EpisodeLimits(chat_template_kwargs=NO_THINKING)
+    assert limits.model_dump(mode="json")["chat_template_kwargs"] == {"enable_thinking": False}
+    assert EpisodeLimits.model_validate(limits.model_dump(mode="json")) == limits
