@@ -6,9 +6,18 @@
                          (`await roles.on_trainer("update", ...)` calls every rank)
     roles.wm_trainer     the world-model co-trainer (None when co-training is off)
 
-On a CPU machine every role shares the CPUs (each actor holds a token share, so any number
-fit); on a cluster each takes the GPUs `placement` gives it. The trainers run torch on all
-the node's cores: in the synchronous step they train while the engines are idle.
+    roles.where()        which node each actor runs on (one line, for the run's output)
+
+Every role runs in a Ray placement group reserved first (obsspec.rl.placement): a trainer
+whose ranks cannot all be placed, or a role no node can hold, is a ClusterError after
+`placement_timeout_s`, never a wait for ever. On a CPU machine every role shares the CPUs
+(each bundle holds a token share, so any number fit); on a cluster each takes the GPUs
+`placement` gives it. The trainers run torch on all the node's cores: in the synchronous step
+they train while the engines are idle.
+
+A sharded policy trainer's ranks meet at a TCPStore that rank 0 opens on a port the OS picks
+and holds until the process group ends, so no other process can take the port between the
+moment it is named and the moment the ranks connect.
 """
 
 from __future__ import annotations
@@ -17,17 +26,27 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from obsspec.environments.tasks.model import Task
 from obsspec.errors import ClusterError
 from obsspec.rl.config import RLConfig
+from obsspec.rl.placement import ROLLOUT, TRAINER, WM_TRAINER, Placed, plan_groups, reserve
 from obsspec.rl.rollout import Restore, RolloutWorker
 
-CPU_SHARE = 0.01  # an actor's CPU "reservation" when roles share the CPUs
+STORE_TIMEOUT_S = 300  # ranks wait this long for each other at the rendezvous
 
 
-class RolloutActor:
+class OnANode:
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class RolloutActor(OnANode):
     def __init__(self, config: RLConfig, models_dir: Path, tasks: list[Task], index: int):
         self.worker = RolloutWorker(config, models_dir, tasks, index)
 
@@ -68,40 +87,57 @@ def use_all_cores(cpus: int | None, share: int = 1) -> None:
     torch.set_num_threads(max(1, (cpus or os.cpu_count() or 1) // share))
 
 
-class PolicyTrainerActor:
-    """One rank of the policy trainer. With several ranks, rank 0 names a rendezvous address
+class PolicyTrainerActor(OnANode):
+    """One rank of the policy trainer. With several ranks, rank 0 opens the rendezvous store
     and every rank joins the process group in `start` (they must start together)."""
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
+        self.store = None  # rank 0's TCPStore, held for the process group's life
 
     def rendezvous(self) -> str:
-        """host:port for the process group, on rank 0's node."""
-        import socket
-
+        """host:port of the process group's store, opened here (rank 0) on a port the OS
+        picks; the store keeps listening on it, so no other process can take it."""
         import ray
+        from torch.distributed import TCPStore
 
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            port = probe.getsockname()[1]
-        return f"{ray.util.get_node_ip_address()}:{port}"
+        host = ray.util.get_node_ip_address()
+        self.store = TCPStore(
+            host, 0, self.world, is_master=True, timeout=timedelta(seconds=STORE_TIMEOUT_S),
+            wait_for_workers=False,
+        )  # fmt: skip
+        return f"{host}:{self.store.port}"
+
+    def join(self, master: str) -> None:
+        """Join the process group at rank 0's store (rank 0 uses the one it opened)."""
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import TCPStore
+
+        store = self.store
+        if store is None:
+            host, port = master.rsplit(":", 1)
+            store = TCPStore(
+                host, int(port), self.world, is_master=False,
+                timeout=timedelta(seconds=STORE_TIMEOUT_S),
+            )  # fmt: skip
+        if torch.cuda.is_available():
+            torch.cuda.set_device(0)  # Ray shows each rank only its own GPU
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world)
 
     def start(self, base: Path, config: RLConfig, restore: Path | None, master: str | None):
         from obsspec.rl.policy_trainer import PolicyTrainer
-        from obsspec.train import distributed
 
         use_all_cores(config.placement.num_cpus, share=self.world)
         if self.world > 1:
-            assert master is not None
-            host, port = master.rsplit(":", 1)
-            os.environ.update(  # what torch.distributed's env:// rendezvous reads
-                WORLD_SIZE=str(self.world),
-                RANK=str(self.rank),
-                LOCAL_RANK="0",  # Ray shows each rank only its own GPU
-                MASTER_ADDR=host,
-                MASTER_PORT=port,
-            )
-            distributed.init_from_env(os.environ)
+            if master is None:
+                raise ClusterError(
+                    f"policy-trainer rank {self.rank} of {self.world} was started without "
+                    "rank 0's rendezvous address",
+                    hint="start the ranks through Roles.start, which asks rank 0 first",
+                )
+            self.join(master)
         self.trainer = PolicyTrainer(base, config.grpo, config.seed)
         if restore is not None:
             self.trainer.restore(restore)
@@ -116,7 +152,7 @@ class PolicyTrainerActor:
         self.trainer.save(folder)
 
 
-class CoTrainerActor:
+class CoTrainerActor(OnANode):
     def __init__(self, base: Path, config: RLConfig, restore: Path | None) -> None:
         from obsspec.world_model.cotrain import CoTrainer
 
@@ -160,16 +196,14 @@ def check_gpus(config: RLConfig, have: float) -> None:
         )
 
 
-def options(gpus: float) -> dict:
-    return {"num_gpus": gpus, "num_cpus": 1 if gpus else CPU_SHARE}
-
-
 @dataclass
 class Roles:
     workers: list
     trainer_ranks: list
     wm_trainer: object | None
     engine_processes: list[tuple[str, int]] = field(default_factory=list)
+    placed: Placed = field(default_factory=Placed)
+    nodes: dict[str, str] = field(default_factory=dict)  # "rollout worker 0" -> node id
 
     @classmethod
     async def start(
@@ -185,21 +219,26 @@ class Roles:
         """Every actor created and loaded (concurrently); {task: why it cannot run}."""
         p = config.placement
         policy_base, wm_base = bases
-        worker_class = ray.remote(RolloutActor).options(**options(p.rollout_gpus))
+        placed = await reserve(ray, plan_groups(config), p.placement_timeout_s)
+        worker_class = ray.remote(RolloutActor)
         workers = [
-            worker_class.remote(config, models_dir, tasks, i) for i in range(p.rollout_workers)
+            worker_class.options(**placed.options(ROLLOUT, i)).remote(config, models_dir, tasks, i)
+            for i in range(p.rollout_workers)
         ]
         world = p.policy_ranks
-        rank_class = ray.remote(PolicyTrainerActor).options(**options(p.trainer_gpus / world))
-        trainer_ranks = [rank_class.remote(rank, world) for rank in range(world)]
+        rank_class = ray.remote(PolicyTrainerActor)
+        trainer_ranks = [
+            rank_class.options(**placed.options(TRAINER, rank)).remote(rank, world)
+            for rank in range(world)
+        ]
         wm_trainer = None
         if config.cotrain.enabled:
             wm_trainer = (
                 ray.remote(CoTrainerActor)
-                .options(**options(p.wm_trainer_gpus))
+                .options(**placed.options(WM_TRAINER, 0))
                 .remote(wm_base, config, checkpoint and checkpoint / "world_model")
             )
-        roles = cls(workers, trainer_ranks, wm_trainer)
+        roles = cls(workers, trainer_ranks, wm_trainer, placed=placed)
         restore = Restore()
         if checkpoint is not None:
             wm_weights = checkpoint / "world_model" / "model"
@@ -219,7 +258,24 @@ class Roles:
         await trainers_started
         if wm_trainer is not None:  # it loads in its constructor; a call waits for it
             await wm_trainer.__ray_ready__.remote()
+        await roles.find_nodes()
         return roles, skipped[0]
+
+    async def find_nodes(self) -> None:
+        named = [(f"rollout worker {i}", w) for i, w in enumerate(self.workers)]
+        named += [(f"policy trainer rank {r}", t) for r, t in enumerate(self.trainer_ranks)]
+        named += [("world-model trainer", self.wm_trainer)] if self.wm_trainer else []
+        ids = await asyncio.gather(*(actor.node_id.remote() for _, actor in named))
+        self.nodes = {name: node for (name, _), node in zip(named, ids, strict=True)}
+
+    def where(self) -> str:
+        """One line: which node (first 8 hex digits of its Ray id) each actor runs on."""
+        shown = ", ".join(f"{name} on node {node[:8]}" for name, node in self.nodes.items())
+        return f"placement: {shown}"
+
+    def release(self, ray) -> None:
+        """The placement groups given back (call once the actors are killed)."""
+        self.placed.release(ray)
 
     async def on_trainer(self, method: str, *args):
         """`method` on every policy-trainer rank (their collectives need them all); rank 0's

@@ -113,6 +113,52 @@ class PlacementSettings(StrictModel):
         default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
     )
 
+    trainer_strategy: Literal["PACK", "STRICT_PACK"] = Field(
+        default="PACK",
+        description="Ray placement strategy of the policy trainer's ranks (one bundle each): "
+        "PACK keeps them on as few nodes as it can, STRICT_PACK on one node or not at all.",
+    )
+    rollout_strategy: Literal["SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"] = Field(
+        default="SPREAD",
+        description="Ray placement strategy of the rollout workers (one bundle each): SPREAD "
+        "puts them on different nodes where it can (each node's Docker runs its sandboxes), "
+        "PACK on as few as it can; STRICT_ variants refuse otherwise.",
+    )
+    trainer_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources each policy-trainer rank's bundle asks for, e.g. "
+        "{ trainer_node = 1 } to pin the trainer to nodes started with that resource.",
+    )
+    rollout_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources each rollout worker's bundle asks for (pins the "
+        "workers to the node types that have them).",
+    )
+    wm_trainer_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources the world-model co-trainer's bundle asks for.",
+    )
+    placement_timeout_s: float = Field(
+        default=300,
+        gt=0,
+        description="How long to wait for Ray to place every role's bundles before giving up "
+        "with what each node has (an autoscaling cluster may need minutes to add nodes).",
+    )
+
+    @model_validator(mode="after")
+    def _custom_resources_only(self) -> PlacementSettings:
+        for name in ("trainer_resources", "rollout_resources", "wm_trainer_resources"):
+            for key, amount in getattr(self, name).items():
+                if key in ("CPU", "GPU", "memory", "object_store_memory"):
+                    raise ValueError(
+                        f"{name} names {key!r}, which Ray sets itself: give GPUs with the "
+                        "*_gpus settings; this table is for custom resources (ray start "
+                        "--resources)"
+                    )
+                if amount <= 0:
+                    raise ValueError(f"{name}[{key!r}] is {amount:g}: it must be above 0")
+        return self
+
     @model_validator(mode="after")
     def _one_gpu_per_rank(self) -> PlacementSettings:
         ranks = self.policy_ranks

@@ -173,6 +173,7 @@ class Loop:
             "starting the roles",
         )
         skipped |= skipped_there
+        self.on_event(Note(roles.where()))
         board = None
         try:
             for task_id, reason in skipped.items():
@@ -377,4 +378,5 @@ async def stop_roles(ray, roles: Roles) -> None:
     for actor in roles.all():
         with contextlib.suppress(Exception):
             ray.kill(actor)
+    roles.release(ray)
     roles.end_orphaned_engines()
