@@ -1,0 +1,136 @@
+"""The policy's new weights into every rollout engine after an update, and the check that
+the engines really serve them.
+
+    buckets = weight_buckets(state, bucket_bytes=512 << 20)  # [[(name, bf16 tensor), ...]]
+    check = compare_logprobs(engine_scores, trainer_after, trainer_before)
+    check.raise_if_stale(tolerance, worker=0, step=3)
+
+Two ways in (`[rl.sync] method`):
+- memory (default): the trainer's rank 0 gathers the full weights (every rank takes part),
+  casts them to bfloat16 and cuts them into buckets of about `bucket_mb`, each put into Ray's
+  object store; every rollout worker fetches them one at a time and loads them into its
+  engine in place (obsspec.inference.weight_loading). Nothing touches a filesystem, and each
+  bucket crosses the network once per node. NCCL straight from the trainer's GPUs into the
+  engines' (vLLM's weight-transfer engine) would skip the host copy; it is not built.
+- disk: rank 0 writes a servable HF directory under OUT/sync and every engine reloads it:
+  needs a filesystem that every node shares.
+
+The check: after every sync, the engine scores a probe (the first tokens of one of the
+step's trained episodes) and the trainer computes the same tokens' log-probabilities after
+the update and before it. A stale engine, one whose reload silently did not take, would
+make RL off-policy without a word; it shows as an engine closer to the weights before the
+update than after, or further than `check_tolerance` from them. A staleness smaller than the
+tolerance cannot be seen this way; repeated, it grows until it can.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from obsspec.errors import ObsspecError
+
+
+class StaleWeightsError(ObsspecError):
+    """An engine does not serve the weights the trainer just sent (not retryable)."""
+
+
+def weight_buckets(
+    state: Mapping, *, bucket_bytes: int, dtype=None, skip: Sequence[str] = ()
+) -> Iterator[list[tuple]]:
+    """(name, tensor) pairs in `dtype` (default bfloat16), in order, in lists of at most
+    about bucket_bytes (a tensor larger than that is a bucket alone)."""
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    bucket: list[tuple] = []
+    size = 0
+    for name, tensor in state.items():
+        if name in skip:
+            continue
+        cast = tensor.detach().to(dtype=dtype).contiguous()
+        nbytes = cast.numel() * cast.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, cast))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def tied_duplicates(config) -> tuple[str, ...]:
+    """Names an engine does not load: the output layer when it is the input embedding."""
+    return ("lm_head.weight",) if getattr(config, "tie_word_embeddings", False) else ()
+
+
+@dataclass(frozen=True)
+class SyncCheck:
+    error: float  # mean |engine - trainer after the update| over the probe's tokens
+    before: float  # mean |engine - trainer before the update|
+    shift: float  # mean |trainer after - trainer before|: how far the update moved them
+    tokens: int
+
+    def stale(self, tolerance: float) -> bool:
+        """Too far from the new weights, or (the update having moved further than the
+        tolerance) nearer the old ones than the new."""
+        if not math.isfinite(self.error) or self.error > tolerance:
+            return True
+        return self.shift > tolerance and self.before < self.error
+
+    def raise_if_stale(self, tolerance: float, *, worker: int, step: int) -> None:
+        if not self.stale(tolerance):
+            return
+        raise StaleWeightsError(
+            f"step {step}: rollout worker {worker}'s policy engine does not serve the weights "
+            f"just synced: its log-probabilities of a {self.tokens}-token probe are "
+            f"{self.error:.4f} from the trainer's after the update (tolerance {tolerance:g}) "
+            f"and {self.before:.4f} from those before it (the update moved them "
+            f"{self.shift:.4f}); sampling from it would make the run silently off-policy",
+            hint="the engine's in-place reload did not take: check the vLLM version "
+            "(obsspec supports the range pinned in the gpu extra), or try "
+            '[rl.sync] method = "disk"; a bfloat16 engine far from a float32 trainer may '
+            "need a larger [rl.sync] check_tolerance",
+        )
+
+
+def compare_logprobs(
+    engine: Sequence[float | None], after: Sequence[float], before: Sequence[float]
+) -> SyncCheck:
+    """Over the positions the engine scored (its first has no prefix: None)."""
+    if not len(engine) == len(after) == len(before):
+        raise ValueError(
+            f"probe lengths differ: engine {len(engine)}, trainer {len(after)}, {len(before)}"
+        )
+    rows = [(e, a, b) for e, a, b in zip(engine, after, before, strict=True) if e is not None]
+    if not rows:
+        return SyncCheck(math.nan, math.nan, math.nan, 0)
+    n = len(rows)
+    return SyncCheck(
+        error=sum(abs(e - a) for e, a, _ in rows) / n,
+        before=sum(abs(e - b) for e, _, b in rows) / n,
+        shift=sum(abs(a - b) for _, a, b in rows) / n,
+        tokens=n,
+    )
+
+
+def trainer_weights(trainer) -> dict:
+    """The policy trainer's full weights by HF name (every rank calls; sharded, only rank 0
+    gets them, the others an empty dict)."""
+    from obsspec.train import sharding
+
+    if sharding.sharded():
+        return sharding.full_model_state(trainer.net, "model.")
+    return dict(trainer.model.state_dict())
+
+
+def probe_logprobs(trainer, ids: Sequence[int]) -> list[float]:
+    """log p(ids[t] | ids[:t]) under the trainer's current weights for t >= 1 (every rank
+    calls: a sharded forward is collective), NaN at 0 (nothing predicts it)."""
+    from obsspec.rl.policy_trainer import PolicyEpisode
+
+    n = len(ids)
+    probe = PolicyEpisode(list(ids), [0] + [1] * (n - 1), [None] * n, 0.0)
+    values = trainer.logprobs(trainer.net, [probe])[0]
+    return [math.nan, *values.tolist()]
