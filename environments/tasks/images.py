@@ -2,9 +2,9 @@
 
 A task with a build context gets `obsspec-task/<id>:<hash>`, the hash over the context and
 the image map's replacements for its FROM images (with the replacement images' ids): the
-same context is never built twice (even by concurrent episodes), and a changed context, map
-or mapped image gets a new tag. A task naming a prebuilt image uses it (or its mapped image)
-as is.
+same context is never built twice (even by concurrent episodes, or by two processes on one
+machine: environments.node_lock), and a changed context, map or mapped image gets a new tag.
+A task naming a prebuilt image uses it (or its mapped image) as is.
 
 Every base image must be on this machine before a build starts (Docker would otherwise pull
 a missing FROM even with pull=False, and fail with a registry error): a missing one is
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from obsspec.environments.build import docker_build, local_image, tree_hash
 from obsspec.environments.errors import ImageBuildError, MissingImageError
+from obsspec.environments.node_lock import build_once_per_node
 from obsspec.environments.tasks.image_map import FLAG, ImageMap, base_images, rewrite
 from obsspec.environments.tasks.model import Task
 
@@ -61,11 +62,18 @@ class TaskImages:
         plan = await asyncio.to_thread(self._plan, task)
         for source, image in plan.bases.items():
             await self._require(task, source, image)
-        async with self._locks.setdefault(plan.tag, asyncio.Lock()):
-            if await asyncio.to_thread(local_image, self.client, plan.tag) is not None:
-                return plan.tag
+
+        async def built() -> bool:
+            return await asyncio.to_thread(local_image, self.client, plan.tag) is not None
+
+        async def build() -> None:
             async with self._builds:
                 await self._build(task, plan)
+
+        # The asyncio lock orders this process's episodes; the node lock, other processes
+        # on this machine (Ray workers) that share its Docker daemon.
+        async with self._locks.setdefault(plan.tag, asyncio.Lock()):
+            await build_once_per_node(f"image:{plan.tag}", built, build)
         return plan.tag
 
     def _exists(self, image: str) -> bool:
