@@ -117,6 +117,7 @@ class CoTrainer:
             max_grad_norm=settings.max_grad_norm,
             gradient_name="the world model's gradient",
             lr_option="cotrain.lr",
+            tokenizer_from=base,  # the synced and checkpointed model/ is servable
         )
         self.replay = ReplayBuffer(settings.replay_size, seed)
 

@@ -72,6 +72,7 @@ class PolicyTrainer:
             prefix="model.",
             gradient_name="the policy gradient",
             lr_option="grpo.lr",
+            tokenizer_from=base,  # the synced and checkpointed model/ is servable
         )
         self.pad_id = load_tokenizer(base).pad_token_id or 0
 

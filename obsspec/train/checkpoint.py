@@ -2,17 +2,22 @@
 
     OUT/                            the trained model: config.json, model.safetensors,
                                     tokenizer files (vLLM and transformers load it as is)
-    OUT/checkpoints/step-00000050/  model/ (weights, or the LoRA adapter) + trainer.pt
-                                    (optimizer, schedule, step, RNG, run identity)
+    OUT/checkpoints/step-00000050/  state/ (float32 weights and optimizer state, sharded:
+                                    every rank writes its own part; train/dcp.py), model/
+                                    (bfloat16 weights with the tokenizer, which vLLM serves,
+                                    or the LoRA adapter) + trainer.pt (schedule, step, RNG,
+                                    run identity)
     OUT/checkpoints/.step-*.tmp     a checkpoint being written (ignored, then removed)
     OUT/obsspec-train.json          the training record: settings, data, tasks, results
 
 Every directory appears by rename once complete, so a run killed at any moment resumes from
-its last whole checkpoint.
+its last whole checkpoint. Checkpoints written before state/ (float32 model/, the optimizer in
+trainer.pt) still resume (TrainerCore.load).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -82,22 +87,56 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     return torch.load(checkpoint / "trainer.pt", weights_only=False)
 
 
-def save_hf_weights(model, out: Path, state: dict | None = None) -> Path:
-    """config.json + safetensors of the float32 master weights (`state` when the model's own
-    are sharded) into `out`, which appears whole or not at all: what an engine reloads in
-    place (RL weight sync) and checkpoints hold."""
+def save_hf_weights(
+    model,
+    out: Path,
+    state: dict | None = None,
+    *,
+    dtype: str = "bfloat16",
+    tokenizer=None,
+) -> Path:
+    """An HF directory an engine serves: config.json (its dtype `dtype`), safetensors of the
+    weights cast to `dtype` (`state`, the whole float32 weights, when the model's own are
+    sharded) and `tokenizer`'s files with its chat template, into `out`, which appears whole
+    or not at all: what an engine reloads in place (RL weight sync), and a checkpoint's
+    model/. A LoRA (peft) model is saved as its adapter, in the dtype it trains in."""
+    from obsspec.train.model import is_peft
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
-    # peft models (a LoRA adapter) take no state_dict
-    gathered = {} if state is None else {"state_dict": state}
-    model.save_pretrained(tmp, safe_serialization=True, **gathered)
+    if is_peft(model):
+        model.save_pretrained(tmp, safe_serialization=True)  # peft takes no state_dict
+    else:
+        weights = cast(model.state_dict() if state is None else state, dtype)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+        config = copy.deepcopy(model.config)  # the trained model's own says float32
+        config.dtype = dtype
+        config.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
     if out.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def cast(state: dict, dtype: str) -> dict:
+    """`state`'s tensors in `dtype` (on the CPU); tensors that share storage (tied input and
+    output embeddings) still share it, so they are saved once."""
+    import torch
+
+    target = getattr(torch, dtype)
+    done: dict = {}
+    out = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.shape)
+        if key not in done:
+            done[key] = tensor.detach().to("cpu", target)
+        out[name] = done[key]
     return out
 
 

@@ -2,11 +2,12 @@
 policy trainer (obsspec.rl.policy_trainer) and world-model co-training (world_model.cotrain).
 
     core = TrainerCore(model, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0,
-                       schedule=warmup_cosine(5, 0.1, total_steps))
+                       schedule=warmup_cosine(5, 0.1, total_steps), tokenizer_from=base)
     norm = core.step(micro_batches, loss)   # zero grads; loss(b).backward() for each b;
                                             # clip (returns the norm); optimizer and
                                             # schedule step
-    core.save(folder, {"replay": ...})      # folder/model/ + folder/trainer.pt
+    core.save_weights(sync_dir)             # a bfloat16 HF directory an engine serves
+    core.save(folder, {"replay": ...})      # folder/state/ + folder/model/ + folder/trainer.pt
     extra = core.load(folder)               # weights, optimizer, schedule, step, RNG back
 
 The optimizer is AdamW over the model's trainable parameters; the learning rate follows
@@ -16,12 +17,19 @@ trainer's `loss` returns the tensor to backward, already scaled so that the grad
 the step's token mean. A non-finite gradient norm stops training before it reaches the
 weights.
 
-A checkpoint folder holds `model/` (an HF directory, or a LoRA adapter) and `trainer.pt`:
-optimizer and schedule state, the optimizer steps done, torch and Python RNG states, and
-whatever the trainer adds. Every rank calls save and load; rank 0 writes. A model sharded
-with FSDP2 (`root`, the module sharded at the top, naming the model `prefix`) is gathered to
-rank 0 to be written, and its optimizer state is keyed by parameter name, so a checkpoint of
-N ranks resumes on M; otherwise the optimizer state is torch's own (by position).
+A checkpoint folder holds
+    state/       the float32 master weights and the AdamW state, sharded: every rank writes
+                 the shards it holds, and a checkpoint of N ranks resumes on M (dcp.py)
+    model/       what an engine or a user loads: an HF directory in `serve_dtype` (bfloat16)
+                 with the base model's tokenizer and chat template, written by rank 0 from
+                 the gathered weights (no optimizer state is gathered); or a LoRA adapter
+    trainer.pt   the small things, written by rank 0: schedule, optimizer steps done, torch
+                 and Python RNG states, and whatever the trainer adds
+Every rank calls save and load. A model sharded with FSDP2 (`root`, the module sharded at the
+top, naming the model `prefix`) is saved and loaded through `root`.
+Checkpoints from before state/ still resume: the whole float32 weights in model/ and the
+optimizer state in trainer.pt, keyed by parameter name (FSDP2's full state) or by position
+(torch's own).
 """
 
 from __future__ import annotations
@@ -33,12 +41,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from obsspec.errors import ConfigError, TrainingError
+from obsspec.models.tokenizer import load_tokenizer
 from obsspec.train import distributed, sharding
 from obsspec.train.checkpoint import read_full_weights, save_hf_weights
+from obsspec.train.dcp import has_sharded, load_sharded, save_sharded
 from obsspec.train.memory import is_out_of_memory
 from obsspec.train.model import is_peft
 
 Batch = TypeVar("Batch")
+SHARDED = "state"  # a checkpoint's DCP state
+SERVED = "model"  # a checkpoint's servable model directory
 
 
 def warmup_cosine(warmup_steps: int, min_lr_ratio: float, total_steps: int):
@@ -68,11 +80,18 @@ class TrainerCore:
         prefix: str = "",
         gradient_name: str = "the gradient",
         lr_option: str = "--lr",
+        tokenizer_from: Path | None = None,
+        serve_dtype: str = "bfloat16",
     ) -> None:
+        """`tokenizer_from`: the base model directory whose tokenizer and chat template every
+        saved model directory gets (none: weights and config only, which no engine serves);
+        `serve_dtype`: the dtype of those directories' weights (torch's name)."""
         import torch
 
         self.model = model  # the HF (or peft) model whose weights are saved
         self.root, self.prefix = root, prefix  # FSDP2: the sharded module, naming the model
+        self.tokenizer = None if tokenizer_from is None else load_tokenizer(tokenizer_from)
+        self.serve_dtype = serve_dtype
         self.max_grad_norm = max_grad_norm
         self.gradient_name, self.lr_option = gradient_name, lr_option  # for a divergence
         self.ranks = distributed.current()
@@ -120,40 +139,46 @@ class TrainerCore:
         self.steps += 1
         return norm
 
+    @property
+    def module(self):
+        """What the sharded state is taken from: the FSDP2 root, else the model."""
+        return self.model if self.root is None else self.root
+
     def state(self) -> dict[str, Any]:
-        """Everything besides the weights that a resumed run needs to continue exactly."""
+        """What a resumed run needs besides the weights and the optimizer state (those are
+        in state/) to continue exactly: trainer.pt."""
         import torch
 
-        if self.root is not None:
-            optimizer = sharding.full_optimizer_state(self.root, self.optimizer)  # collective
-        else:
-            optimizer = self.optimizer.state_dict()
         return {
             "step": self.steps,
-            "optimizer": optimizer,
             "schedule": None if self.schedule is None else self.schedule.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
         }
 
     def save_weights(self, out: Path) -> Path:
-        """The weights as an HF directory (or a LoRA adapter) at `out`, whole or not at all;
-        every rank calls, rank 0 writes."""
+        """The weights as a servable HF directory in serve_dtype, with the tokenizer (or a
+        LoRA adapter) at `out`, whole or not at all; every rank calls, rank 0 writes."""
         gather = self.root is not None and sharding.sharded()
         state = sharding.full_model_state(self.root, self.prefix) if gather else None
         if self.ranks.main:
-            save_hf_weights(self.model, out, state)
+            save_hf_weights(
+                self.model, out, state, dtype=self.serve_dtype, tokenizer=self.tokenizer
+            )
         distributed.barrier()
         return out
 
     def save(self, folder: Path, extra: dict[str, Any] | None = None) -> None:
-        """A checkpoint into `folder`: model/ and trainer.pt (with `extra` in it)."""
+        """A checkpoint into `folder`: state/, model/ and trainer.pt (with `extra` in it)."""
         import torch
 
-        state = {**self.state(), **(extra or {})}
-        self.save_weights(folder / "model")
         if self.ranks.main:
-            torch.save(state, folder / "trainer.pt")
+            (folder / SHARDED).mkdir(parents=True, exist_ok=True)
+        distributed.barrier()  # the folder exists before any rank writes into it
+        save_sharded(folder / SHARDED, self.module, self.optimizer)
+        self.save_weights(folder / SERVED)
+        if self.ranks.main:
+            torch.save({**self.state(), **(extra or {})}, folder / "trainer.pt")
         distributed.barrier()
 
     def load(self, folder: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -161,10 +186,13 @@ class TrainerCore:
         trainer.pt, with whatever the trainer added to it."""
         import torch
 
-        self.load_weights(folder / "model")
         if state is None:
             state = torch.load(folder / "trainer.pt", weights_only=False)
-        self.load_optimizer(state["optimizer"])
+        if has_sharded(folder / SHARDED):
+            load_sharded(folder / SHARDED, self.module, self.optimizer)
+        else:  # from before state/: the whole weights in model/, the optimizer in trainer.pt
+            self.load_weights(folder / SERVED)
+            self.load_optimizer(state["optimizer"])
         if self.schedule is not None:
             self.schedule.load_state_dict(state["schedule"])
         self.steps = state.get("step", 0)  # absent from RL checkpoints before this core
@@ -174,6 +202,7 @@ class TrainerCore:
         return state
 
     def load_weights(self, folder: Path) -> None:
+        """The whole weights of an older checkpoint's model/ (or its LoRA adapter)."""
         if is_peft(self.model):
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
@@ -190,6 +219,7 @@ class TrainerCore:
             self.model.load_state_dict(weights, strict=False)
 
     def load_optimizer(self, saved: dict[str, Any]) -> None:
+        """An older checkpoint's optimizer state, by parameter name or by position."""
         if self.root is not None and not by_position(saved):
             sharding.load_optimizer_state(self.root, self.optimizer, saved)
         else:  # torch's own state: this core's without a root, or a policy's before FSDP2

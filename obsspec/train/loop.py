@@ -178,6 +178,7 @@ def train(
         weight_decay=settings.weight_decay,
         max_grad_norm=settings.max_grad_norm,
         schedule=schedule,
+        tokenizer_from=base,  # checkpoints' model/ is servable
     )
     if state is not None:
         core.load(state["checkpoint"], state)
