@@ -45,6 +45,7 @@ def rank_main(rank: int, world: int, model: str, out: str, vocab: int) -> None:
     )
     try:
         trainer = PolicyTrainer(Path(model), SETTINGS, seed=0, device="cpu")
+        trainer.core.serve_dtype = "float32"  # the saved weights are compared exactly
         episodes = fixed_episodes(vocab)
         first = trainer.update(episodes, 0)
         trainer.save_weights(root / "after-1")

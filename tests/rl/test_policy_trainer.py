@@ -76,7 +76,7 @@ def test_a_checkpoint_from_before_fsdp2_still_resumes(tiny_model_dir, tokenizer,
     episodes = fixed_episodes(len(tokenizer))
     old = PolicyTrainer(tiny_model_dir, SETTINGS, seed=0, device="cpu")
     old.update(episodes, 0)
-    save_hf_weights(old.model, tmp_path / "policy" / "model")
+    save_hf_weights(old.model, tmp_path / "policy" / "model", dtype="float32")
     torch.save(
         {"optimizer": old.core.optimizer.state_dict(), "torch_rng": torch.get_rng_state()},
         tmp_path / "policy" / "trainer.pt",
