@@ -181,8 +181,9 @@ def local_gpus() -> int:
 
 
 def check_gpus(config: RLConfig, have: float) -> None:
-    """The placement's GPUs fit in HAVE (the cluster's, or this machine's before a local
-    cluster is started for nothing)."""
+    """The cheap first refusal: the placement's GPUs fit in HAVE (the cluster's in all, or
+    this machine's before a local cluster is started for nothing). Whether each role fits on
+    some node is for its placement group to tell (obsspec.rl.placement)."""
     wanted = config.placement.gpus_requested
     if wanted > 0 and have < wanted:
         p = config.placement
