@@ -85,13 +85,15 @@ def chat_template_kwargs(manifest: dict) -> dict:
 
 
 def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[dict], str]:
-    """All rows of the runs, checked against tokenizer, and their shared action format;
-    whose names the tokenizer's owner in errors ("the world model's")."""
+    """All rows of the runs, checked against tokenizer, and their shared action format (the
+    runs must also share their chat-template kwargs); whose names the tokenizer's owner in
+    errors ("the world model's")."""
     from obsspec.agent.context import ChatContextBuilder
     from obsspec.agent.protocol import observation_role
 
     rows: list[dict] = []
     formats: dict[str, Path] = {}
+    kwargs: dict[str, Path] = {}
     for run in dirs:
         manifest = read_run_manifest(run, flag=flag)
         fmt = action_format(manifest)
@@ -101,6 +103,13 @@ def load_runs(dirs: list[Path], tokenizer, flag: str, whose: str) -> tuple[list[
             raise ConfigError(
                 f"{flag}: {a[1]} used action format {a[0]!r} and {b[1]} used {b[0]!r}; "
                 "one model learns one format"
+            )
+        kwargs.setdefault(repr(sorted(chat_template_kwargs(manifest).items())), run)
+        if len(kwargs) > 1:
+            (a_kw, a_run), (b_kw, b_run) = kwargs.items()
+            raise ConfigError(
+                f"{flag}: {a_run} rendered prompts with limits.chat_template_kwargs {a_kw} "
+                f"and {b_run} with {b_kw}; one model learns one prompt style"
             )
         run_rows = read_rows(run, flag=flag)
         builder = ChatContextBuilder(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obsspec.errors import ConfigError
-from obsspec.runs import load_runs
+from obsspec.runs import chat_template_kwargs, load_runs, read_run_manifest
 from obsspec.train.sequences import Sample
 
 WHOSE = "the base model's"
@@ -47,6 +47,7 @@ class PolicyDataReport:
 @dataclass
 class PolicyData:
     action_format: str
+    chat_template_kwargs: dict  # how the runs rendered their prompts (evaluation does the same)
     samples: list[Sample]
     task_hashes: set[str]  # of the episodes learned from
     report: PolicyDataReport
@@ -71,7 +72,8 @@ def load_policy_data(
             samples += episode
             hashes.add(row["task_hash"])
     check_not_empty(report, min_reward)
-    return PolicyData(fmt, samples, hashes, report)
+    kwargs = chat_template_kwargs(read_run_manifest(data_dirs[0], flag="--data"))
+    return PolicyData(fmt, kwargs, samples, hashes, report)
 
 
 def filtered_because(row: dict, min_reward: float | None) -> str | None:

@@ -45,7 +45,7 @@ def evaluate_policy(config: EvalPolicyConfig, models_dir: Path, emit: Emit) -> d
     record = read_record(model) or {}
     tasks = held_out_tasks(config.eval.tasks, set(record.get("trained_task_hashes", [])))
     base = config.base or record.get("base")
-    fmt = record.get("action_format", "markdown")
+    style = (record.get("action_format", "markdown"), record.get("chat_template_kwargs") or {})
     out = model / "eval"
     digest = settings_digest(config.eval)
     arms = {"policy": str(model)}
@@ -53,7 +53,7 @@ def evaluate_policy(config: EvalPolicyConfig, models_dir: Path, emit: Emit) -> d
         arms["base"] = base
     emit("note", f"evaluating {' and '.join(arms)} on {len(tasks)} held-out task(s)")
     results = {
-        arm: score_arm(arm, policy, config.eval, fmt, out / f"{arm}-{digest}", models_dir, emit)
+        arm: score_arm(arm, policy, config.eval, style, out / f"{arm}-{digest}", models_dir, emit)
         for arm, policy in arms.items()
     }
     report = {"model": str(model), "tasks": len(tasks), **results["policy"]}
@@ -95,11 +95,13 @@ def score_arm(
     arm: str,
     policy: str,
     settings: PolicyEvalSettings,
-    fmt: str,
+    style: tuple[str, dict],
     out: Path,
     models_dir: Path,
     emit: Emit,
 ) -> dict:
+    """style: the action format and chat-template kwargs the policy was trained with."""
+    fmt, template_kwargs = style
     config = CollectConfig(
         tasks=settings.tasks,
         out=out,
@@ -112,6 +114,7 @@ def score_arm(
             max_tokens=settings.max_tokens,
             temperature=settings.temperature,
             action_format=fmt,
+            chat_template_kwargs=template_kwargs,
         ),
         engine=settings.engine,
     )

@@ -66,6 +66,7 @@ def train_policy(
         "kind": "policy",
         "base": str(base),
         "action_format": data.action_format,
+        "chat_template_kwargs": data.chat_template_kwargs,
         "config": config.model_dump(mode="json"),
         "data": report.as_dict() | {"too_long": packed.too_long},
         "trained_task_hashes": sorted(data.task_hashes),

@@ -55,3 +55,10 @@ def test_training_data_is_checked_with_the_runs_kwargs(thinking, run_dir, tmp_pa
     assert (len(rows), fmt) == (4, "markdown")
     with pytest.raises(ConfigError, match="tokenizer"):
         load_runs([without_kwargs(run_dir, tmp_path)], thinking, "--data", "the world model's")
+
+
+def test_runs_rendered_with_different_kwargs_are_not_mixed(thinking, run_dir, tmp_path):
+    forgot = without_kwargs(run_dir, tmp_path)
+    with pytest.raises(ConfigError, match="one prompt style") as caught:
+        load_runs([run_dir, forgot], thinking, "--data", "the world model's")
+    assert "enable_thinking" in str(caught.value)

@@ -199,6 +199,7 @@ def test_sft_command_trains_and_evaluates_policy_and_base(oracle_run, tiny_model
     assert evaluation["base"]["episodes"] == 2 and evaluation["mean_turns"] <= 2
     record = json.loads((out / "obsspec-train.json").read_text())
     assert record["kind"] == "policy" and len(record["trained_task_hashes"]) == 2
+    assert record["chat_template_kwargs"] == {}  # what its evaluation renders prompts with
     assert evaluation["run"].startswith(str(out / "eval" / "policy-"))
     assert (Path(evaluation["run"]) / "manifest.json").is_file()
 
