@@ -8,7 +8,9 @@ ones a larger number. `load_weights(checkpoint, version)` swaps weights in place
 Generation records the weight version that produced it: the caller numbers the versions (the
 rollout session owns the count); the engine stamps its generations with the number it was
 given. A caller that may cancel a request and wants to know what it cost passes a
-GenerationProgress, which counts the tokens generated so far.
+GenerationProgress, which counts the tokens generated so far. `score(token_ids)` gives the
+log-probability of each token after its prefix (None for the first) under the current
+weights, ahead of every generation: after a weight sync, a trainer compares it with its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from pydantic import Field
 
 from obsspec.config import StrictModel
 from obsspec.errors import ContextLengthError
+
+# Scoring runs ahead of real turns (priority 0) and speculative ones (larger values): a
+# post-sync check should not wait behind a rollout's queue.
+SCORE_PRIORITY = -1
 
 
 class Sampling(StrictModel):
@@ -88,6 +94,8 @@ class Engine(Protocol):
     ) -> Generation: ...
 
     async def load_weights(self, checkpoint: Path, version: int) -> None: ...
+
+    async def score(self, token_ids: list[int]) -> list[float | None]: ...
 
     def stats(self) -> EngineStats: ...
 

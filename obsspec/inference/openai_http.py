@@ -24,6 +24,7 @@ from pathlib import Path
 
 from obsspec.errors import ContextLengthError, EngineError
 from obsspec.inference.base import (
+    SCORE_PRIORITY,
     EngineStats,
     Generation,
     GenerationProgress,
@@ -141,6 +142,32 @@ class OpenAIEngine:
             Timings(0.0, 0.0, 0.0, total),
             self.weight_version,
         )
+
+    async def score(self, token_ids: list[int]) -> list[float | None]:
+        """The log-probability the served weights give each token after its prefix (None for
+        the first), from vLLM's `prompt_logprobs` extension of the completions API; a server
+        without it is refused with an EngineError rather than guessed at."""
+        if not token_ids:
+            raise EngineError("score needs at least one token")
+        body = {
+            "model": self.model,
+            "prompt": list(token_ids),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,  # the prompt's own tokens only
+            "priority": SCORE_PRIORITY,
+        }
+        choice = (await self._post(body))["choices"][0]
+        steps = choice.get("prompt_logprobs")
+        if steps is None or len(steps) != len(token_ids):
+            raise EngineError(
+                f"{self.base_url} does not return prompt logprobs (prompt_logprobs, a vLLM "
+                "extension of the completions API); scoring needs a vLLM server"
+            )
+        return [
+            None if step is None else float(step[str(token)]["logprob"])
+            for step, token in zip(steps, token_ids, strict=True)
+        ]
 
     async def _post(self, body: dict) -> dict:
         import httpx

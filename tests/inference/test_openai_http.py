@@ -143,3 +143,12 @@ async def test_reload_resets_the_server_prefix_cache(vllm_server, tiny_model_dir
         await remote.load_weights(tiny_model_dir, 7)  # the same weights, reloaded
         after = await remote.generate(prompt, Sampling(max_tokens=6))
     assert after.weight_version == 7 and after.token_ids == before.token_ids
+
+
+async def test_score_matches_the_in_process_engine(vllm_server, tiny_engine, tiny_model_dir):
+    ids = chat_ids(tiny_model_dir, "find . -name '*.py' | head")
+    async with OpenAIEngine(vllm_server, "tiny") as remote:
+        far = await remote.score(ids)
+    near = await tiny_engine.score(ids)
+    assert far[0] is None and len(far) == len(ids)
+    assert far[1:] == pytest.approx(near[1:], abs=1e-3)

@@ -1,12 +1,13 @@
 """The project's own models through a real vLLM engine."""
 
 import asyncio
+import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from obsspec.errors import ContextLengthError
+from obsspec.errors import ContextLengthError, EngineError
 from obsspec.inference.base import Sampling
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 from tests.helpers import chat_ids
@@ -242,3 +243,76 @@ def test_cores_this_process_may_not_use_are_refused_before_loading(tiny_model_di
         asyncio.run(LocalVLLMEngine(settings).start())
     with pytest.raises(ValueError, match="cpu_cores"):
         EngineSettings(model=tiny_model_dir, cpu_cores="one")
+
+
+def transformers_scores(model, ids: list[int]) -> list[float]:
+    """Log-probability of each token after its prefix (from the second on), in float32."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], dim=-1)
+    return logprobs.gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+
+
+def changed_model(model_dir):
+    """The model with every weight moved, then rounded to bf16 (what a trainer would send)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            moved = param + 0.05 * torch.randn(param.shape, generator=generator)
+            param.copy_(moved.to(torch.bfloat16).float())
+    return model
+
+
+async def test_score_matches_transformers(tiny_engine, tiny_model_dir):
+    ids = chat_ids(tiny_model_dir, "grep -rn TODO src/ | wc -l")
+    scores = await tiny_engine.score(ids)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert scores[0] is None and len(scores) == len(ids)
+    assert scores[1:] == pytest.approx(transformers_scores(model, ids), abs=1e-2)
+    with pytest.raises(ContextLengthError):
+        await tiny_engine.score([1] * 1024)  # no room for the one token vLLM generates
+
+
+async def test_weight_buckets_swap_in_place_and_back(tiny_engine, tiny_model_dir):
+    """bf16 weights of a changed model, in two buckets that split each attention layer's
+    fused q/k/v projection, while a request is in flight; then the original weights back."""
+    ids = chat_ids(tiny_model_dir, "tail -n 20 /var/log/syslog")
+    version = tiny_engine.weight_version
+    before = await tiny_engine.score(ids)
+    changed = changed_model(tiny_model_dir)
+    state = {name: tensor.to(torch.bfloat16) for name, tensor in changed.state_dict().items()}
+    queries = [(name, tensor) for name, tensor in state.items() if "q_proj" in name]
+    others = [(name, tensor) for name, tensor in state.items() if "q_proj" not in name]
+    in_flight = asyncio.create_task(
+        tiny_engine.generate(ids, Sampling(max_tokens=60, ignore_eos=True), priority=5)
+    )
+    try:
+        await asyncio.sleep(0.5)
+        await tiny_engine.load_weight_buckets(iter([queries, others]), version + 1)
+        after = await tiny_engine.score(ids)
+        assert tiny_engine.weight_version == version + 1
+        # vLLM computes in bf16 here: agreement to about one bf16 step (2**-8, relative)
+        expected = transformers_scores(changed, ids)
+        assert after[1:] == pytest.approx(expected, rel=4e-3, abs=1e-2)
+        assert max(abs(a - b) for a, b in zip(after[1:], before[1:], strict=True)) > 0.1
+        assert len((await in_flight).token_ids) == 60  # kept through the load, then finished
+
+        original = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        await tiny_engine.load_weight_buckets([list(original.state_dict().items())], version)
+        assert (await tiny_engine.score(ids))[1:] == pytest.approx(before[1:], abs=1e-4)
+    finally:
+        in_flight.cancel()
+        await asyncio.gather(in_flight, return_exceptions=True)
+        await tiny_engine.load_weights(tiny_model_dir, version)  # the session's engine, as it was
+
+
+async def test_a_bucket_naming_an_unknown_weight_is_refused(tiny_engine, tiny_model_dir):
+    ids = chat_ids(tiny_model_dir, "ls")
+    version = tiny_engine.weight_version
+    before = await tiny_engine.score(ids)
+    name = "model.layers.9.mlp.up_proj.weight"  # the tiny model has two layers
+    bucket = [(name, torch.zeros(256, 128, dtype=torch.bfloat16))]
+    with pytest.raises(EngineError, match=re.escape(f"'{name}' is not in")):
+        await tiny_engine.load_weight_buckets([bucket], version + 1)
+    assert tiny_engine.weight_version == version
+    assert await tiny_engine.score(ids) == before  # nothing reached the engine
