@@ -39,7 +39,33 @@ def collect_limits() -> EpisodeLimits:
 
 class EngineOptions(StrictModel):
     max_model_len: int = Field(default=4096, ge=64, description="Longest context in tokens.")
-    kv_cache_gb: float = Field(default=1.0, gt=0, description="KV-cache memory per engine, GiB.")
+    kv_cache_gb: float = Field(
+        default=1.0,
+        gt=0,
+        description="The policy engine's KV-cache memory, GiB (on GPU it fixes the cache's "
+        "size exactly; see obsspec.inference.vllm_settings).",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="GPU: the share of the GPU the policy engine may take; with the world "
+        "model's engine on the same GPU the two shares must sum to less than 1 "
+        "[default: vLLM's 0.92]. Not used on CPU.",
+    )
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, description="GPUs the policy engine shards the model across."
+    )
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="Run the engines eagerly, without compiled graphs [default: eager on "
+        "CPU, CUDA graphs on GPU].",
+    )
+    allow_untested_vllm: bool = Field(
+        default=False,
+        description="Start the engines even with a vLLM outside the versions whose in-place "
+        "weight reload was verified (obsspec.inference.weight_loading.SUPPORTED_VLLM).",
+    )
     server: str | None = Field(
         default=None, description="An OpenAI-compatible server URL instead of vLLM in process."
     )
@@ -79,6 +105,17 @@ class SpeculationConfig(SpeculationSettings):
         "engine.max_model_len and limits.observation_max_chars; a smaller value is refused].",
     )
     wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+    wm_gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="GPU: the share of the GPU the world model's engine may take; with the "
+        "policy engine on the same GPU the two must sum to less than 1 [default: vLLM's "
+        "0.92, which leaves no room for a second engine]. Not used on CPU.",
+    )
+    wm_tensor_parallel_size: int = Field(
+        default=1, ge=1, description="GPUs the world model's engine shards its model across."
+    )
     wm_cpu_cores: str | None = Field(
         default=None,
         pattern=CORE_LIST,
@@ -165,6 +202,22 @@ class RolloutSettings(TaskAccess):
             own = factory().model_dump(exclude_unset=True)  # type: ignore[call-arg, misc]
             data = {**data, "speculation": deep_merge(own, data["speculation"])}
         return data
+
+    @model_validator(mode="after")
+    def _engines_share_one_gpu(self) -> RolloutSettings:
+        """The policy's and the world model's engines start on the same GPU; each takes its
+        share of the GPU's memory, and vLLM checks at start that its share is free."""
+        policy = self.engine.gpu_memory_utilization
+        wm = self.speculation.wm_gpu_memory_utilization
+        in_use = self.speculation.enabled and not self.engine.server
+        if in_use and policy is not None and wm is not None and policy + wm >= 1:
+            raise ValueError(
+                f"engine.gpu_memory_utilization {policy:g} and "
+                f"speculation.wm_gpu_memory_utilization {wm:g} sum to {policy + wm:g}: the "
+                "two engines share one GPU and must together take less than all of it "
+                "(e.g. 0.45 and 0.35)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _world_model_answers_hold_an_observation(self) -> RolloutSettings:

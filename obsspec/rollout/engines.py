@@ -4,9 +4,10 @@
     async with open_engine(rollout, model_dir) as engine: ...          # server or vLLM here
     await require_priority_scheduling(engine, rollout)                 # speculating on a server
 
-The policy engine and the world model's engine share the context length; each has its own
-KV-cache size and cores. Both keep more sequence slots than the episodes in flight can ask
-for (each speculative turn may ask `breadth` replies at once), so that real turns never wait.
+The policy engine and the world model's engine share the context length, graph mode and
+vLLM version check; each has its own KV-cache size, cores, GPU share and tensor parallelism.
+Both keep more sequence slots than the episodes in flight can ask for (each speculative turn
+may ask `breadth` replies at once), so that real turns never wait.
 """
 
 from __future__ import annotations
@@ -25,19 +26,30 @@ def engine_settings(
     model_dir: Path, rollout: RolloutSettings, *, role: Role, seed: int = 0
 ) -> EngineSettings:
     """vLLM settings of the policy's or the world model's engine for these rollouts."""
-    spec = rollout.speculation
+    options, spec = rollout.engine, rollout.speculation
     breadth = spec.breadth if spec.enabled else 1
     if role == "policy":
-        kv_cache_gb, cpu_cores = rollout.engine.kv_cache_gb, rollout.engine.cpu_cores
+        own = {
+            "kv_cache_gb": options.kv_cache_gb,
+            "cpu_cores": options.cpu_cores,
+            "gpu_memory_utilization": options.gpu_memory_utilization,
+            "tensor_parallel_size": options.tensor_parallel_size,
+        }
     else:
-        kv_cache_gb, cpu_cores = spec.wm_kv_cache_gb, spec.wm_cpu_cores
+        own = {
+            "kv_cache_gb": spec.wm_kv_cache_gb,
+            "cpu_cores": spec.wm_cpu_cores,
+            "gpu_memory_utilization": spec.wm_gpu_memory_utilization,
+            "tensor_parallel_size": spec.wm_tensor_parallel_size,
+        }
     return EngineSettings(
         model=model_dir,
-        max_model_len=rollout.engine.max_model_len,
-        kv_cache_gb=kv_cache_gb,
+        max_model_len=options.max_model_len,
         max_num_seqs=max(64, 2 * rollout.concurrency * breadth),
         seed=seed,
-        cpu_cores=cpu_cores,
+        enforce_eager=options.enforce_eager,
+        allow_untested_vllm=options.allow_untested_vllm,
+        **own,
     )
 
 

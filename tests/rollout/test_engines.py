@@ -1,0 +1,41 @@
+"""The pipeline configs' GPU settings reach each engine's settings (no engine started)."""
+
+import pytest
+
+from obsspec.inference.vllm_settings import engine_kwargs
+from obsspec.rollout.config import RolloutSettings
+from obsspec.rollout.engines import engine_settings
+
+
+def gpu_settings(**engine) -> RolloutSettings:
+    return RolloutSettings.model_validate(
+        {
+            "engine": {"gpu_memory_utilization": 0.5, "tensor_parallel_size": 2, **engine},
+            "speculation": {
+                "enabled": True,
+                "world_model": "wm",
+                "wm_gpu_memory_utilization": 0.3,
+                "wm_tensor_parallel_size": 1,
+            },
+        }
+    )
+
+
+def test_each_engine_gets_its_own_gpu_share_and_parallelism(tmp_path):
+    settings = gpu_settings(enforce_eager=True, allow_untested_vllm=True)
+    policy = engine_settings(tmp_path, settings, role="policy")
+    wm = engine_settings(tmp_path, settings, role="world_model")
+    assert (policy.gpu_memory_utilization, policy.tensor_parallel_size) == (0.5, 2)
+    assert (wm.gpu_memory_utilization, wm.tensor_parallel_size) == (0.3, 1)
+    assert policy.enforce_eager is wm.enforce_eager is True
+    assert policy.allow_untested_vllm and wm.allow_untested_vllm
+    assert engine_kwargs(wm, "cuda")["gpu_memory_utilization"] == 0.3
+
+
+def test_two_engines_may_not_take_the_whole_gpu():
+    with pytest.raises(
+        ValueError, match=r"engine.gpu_memory_utilization 0.7 and speculation.wm_gpu_memory"
+    ):
+        gpu_settings(gpu_memory_utilization=0.7)
+    # a policy served elsewhere leaves the world model's engine alone on the GPU
+    gpu_settings(gpu_memory_utilization=0.7, server="http://127.0.0.1:8000")
