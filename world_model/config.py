@@ -104,3 +104,8 @@ class CotrainSettings(StrictModel):
         "from; a smaller value is refused].",
     )
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    activation_checkpointing: bool = Field(
+        default=False,
+        description="Recompute each decoder layer's activations in the backward pass; less "
+        "memory, about a third more compute.",
+    )

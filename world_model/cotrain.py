@@ -28,6 +28,7 @@ from pathlib import Path
 
 from obsspec.agent.protocol import ActionFormat
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.train.activations import checkpoint_activations
 from obsspec.train.batches import plan_batches
 from obsspec.train.config import TrainSettings
 from obsspec.train.core import TrainerCore
@@ -109,6 +110,8 @@ class CoTrainer:
         self.pad_id = tokenizer.pad_token_id or 0
         self.where = placement(TrainSettings(device=device))
         self.model = load_model(base, self.where, None)
+        if settings.activation_checkpointing:
+            checkpoint_activations(self.model)
         self.model.train()
         self.core = TrainerCore(  # constant lr
             self.model,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from obsspec.types import TRUNCATION_MARKER
 from obsspec.world_model.config import CotrainSettings
@@ -56,3 +57,27 @@ def test_examples_longer_than_max_len_are_counted_and_never_replayed(
 def test_the_co_trainer_wants_its_max_len_resolved(tiny_model_dir):
     with pytest.raises(ValueError, match=r"cotrain\.max_len must be resolved"):
         CoTrainer(tiny_model_dir, CotrainSettings(), FMT, seed=0, device="cpu")
+
+
+def test_the_co_trainer_recomputes_activations_when_asked_and_learns_the_same(
+    builder, tokenizer, tiny_model_dir
+):
+    rows = [episode_row(builder, "short-000", steps_for("short-000"))]
+    max_len = max(example_lengths(rows, tokenizer))
+    calls, losses, weights = {}, {}, {}
+    for recompute in (False, True):
+        settings = CotrainSettings(
+            max_len=max_len, replay_sample=0, activation_checkpointing=recompute
+        )
+        trainer = CoTrainer(tiny_model_dir, settings, FMT, seed=0, device="cpu")
+        count = [0]
+        trainer.model.model.layers[0].register_forward_pre_hook(
+            lambda *_, c=count: c.__setitem__(0, c[0] + 1)
+        )
+        losses[recompute] = trainer.update(rows)["wm_loss"]
+        calls[recompute] = count[0]
+        weights[recompute] = [p.detach().clone() for p in trainer.model.parameters()]
+    assert calls[True] == 2 * calls[False] > 0  # each pass's layer forward, again in backward
+    assert losses[True] == pytest.approx(losses[False], rel=1e-6)
+    for without, with_ in zip(weights[False], weights[True], strict=True):
+        assert torch.allclose(without, with_, atol=1e-7)
