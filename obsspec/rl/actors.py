@@ -138,7 +138,7 @@ class PolicyTrainerActor(OnANode):
                     hint="start the ranks through Roles.start, which asks rank 0 first",
                 )
             self.join(master)
-        self.trainer = PolicyTrainer(base, config.grpo, config.seed)
+        self.trainer = PolicyTrainer(base, config.grpo_settings, config.seed)
         if restore is not None:
             self.trainer.restore(restore)
 

@@ -35,6 +35,8 @@ from obsspec.speculation.gate import GateSettings
 from obsspec.tracking import WandbSettings
 from obsspec.world_model.config import CotrainSettings
 
+LEGACY_BATCH_TOKENS = 2048  # grpo.batch_tokens' default before it followed the context length
+
 
 def rl_limits() -> EpisodeLimits:
     """Short episodes: RL samples many of them, and a small model uses few turns well."""
@@ -81,14 +83,26 @@ class GRPOSettings(StrictModel):
         "the ratio is 1 by construction and the clip never binds; from the second on, the "
         "ratio moves and the clip can bind).",
     )
-    batch_tokens: int = Field(
-        default=2048,
+    batch_tokens: int | None = Field(
+        default=None,
         ge=16,
         description="Tokens per forward pass, padding included: bounds the trainer's "
-        "activation memory (the 135M model needs about 1 MB per token).",
+        "activation memory (the 135M model needs about 1 MB per token); an episode longer "
+        "than this is an error [default: engine.max_model_len, as long as an episode's "
+        "context can grow; a smaller value is refused].",
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="Trainer compute precision (weights stay float32)."
+    )
+    reduce_dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="Gradient reduction precision across ranks (FSDP2's reduce-scatter; "
+        "bfloat16 halves the traffic, float32 sums exactly what the ranks computed).",
+    )
+    activation_checkpointing: bool = Field(
+        default=False,
+        description="Recompute each decoder layer's activations in the backward pass; less "
+        "memory, about a third more compute.",
     )
 
 
@@ -237,6 +251,15 @@ class RLConfig(RolloutSettings):
                 f"from; set it to at least {context}, or leave it unset (it then follows "
                 "engine.max_model_len)"
             )
+        cap = self.grpo.batch_tokens
+        if cap is not None and cap < context:
+            raise ValueError(
+                f"grpo.batch_tokens {cap} cannot hold a whole episode: an episode's context "
+                f"grows up to engine.max_model_len {context} tokens and goes into one forward "
+                f"pass; raise grpo.batch_tokens to at least {context}, or lower "
+                f"engine.max_model_len to {cap} (or leave batch_tokens unset: it then follows "
+                "engine.max_model_len)"
+            )
         return self
 
     @property
@@ -245,6 +268,25 @@ class RLConfig(RolloutSettings):
         length (the world-model engine shares it: a longer example could not be served)."""
         max_len = self.cotrain.max_len or self.engine.max_model_len
         return self.cotrain.model_copy(update={"max_len": max_len})
+
+    @property
+    def grpo_settings(self) -> GRPOSettings:
+        """The GRPO settings with batch_tokens resolved: as set, else the policy's context
+        length (the longest episode, which goes into a forward pass whole)."""
+        batch_tokens = self.grpo.batch_tokens or self.engine.max_model_len
+        return self.grpo.model_copy(update={"batch_tokens": batch_tokens})
+
+    def grpo_identity(self) -> dict[str, Any]:
+        """The GRPO part of the run's identity. The trainer's memory knobs do not change what
+        is learned, and runs made before they existed must still resume: batch_tokens is
+        recorded as set, or as 2048 when unset (its fixed default then, which those runs
+        recorded); activation_checkpointing is left out (a resumed run may turn it on to fit
+        memory); reduce_dtype is recorded only when not float32 (it rounds the gradients)."""
+        grpo = self.grpo.model_dump(mode="json", exclude={"activation_checkpointing"})
+        grpo["batch_tokens"] = self.grpo.batch_tokens or LEGACY_BATCH_TOKENS
+        if self.grpo.reduce_dtype == "float32":
+            del grpo["reduce_dtype"]
+        return grpo
 
     @property
     def episodes_per_step(self) -> int:
@@ -270,8 +312,11 @@ class RLConfig(RolloutSettings):
             "world_model": self.speculation.world_model,
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
-            "grpo": self.grpo.model_dump(mode="json"),
-            "cotrain": self.cotrain_settings.model_dump(mode="json"),  # max_len resolved
+            "grpo": self.grpo_identity(),
+            # max_len resolved; recomputation is memory, not what is learned
+            "cotrain": self.cotrain_settings.model_dump(
+                mode="json", exclude={"activation_checkpointing"}
+            ),
             **self.network_identity(),
         }
 

@@ -13,11 +13,20 @@ how far trainer and engine numerics disagree. Then the step's episodes are split
 `minibatches` (shuffled by seed and step), each one optimizer step whose loss is the token
 mean of the clipped objective over that minibatch; from the second on the ratio moves away
 from 1 and the clip matters. Episodes are packed into forward passes of at most
-`batch_tokens` tokens (padding included), so memory stays bounded whatever the step holds.
+`batch_tokens` tokens (padding included), so memory stays bounded whatever the step holds;
+an episode is first cut after its last response token (what follows carries no loss and,
+the model being causal, changes no log-probability before it), and one still longer than
+`batch_tokens` is a TrainingError, never a pass of its own. RLConfig.grpo_settings resolves
+`batch_tokens` to the engine's context length, which bounds every cut episode.
+With `activation_checkpointing`, each decoder layer recomputes its activations in the
+backward pass (obsspec.train.activations).
 
 Over several processes (a Ray actor per GPU, one process group) the model is sharded with
 FSDP2: every rank plans the same passes and runs every world-th of them, and the gradients
-sum into the same token mean that one process would take; rank 0 writes the files.
+sum into the same token mean that one process would take; rank 0 writes the files. Computing
+in bfloat16, the sharded model gathers its parameters in bfloat16 and reduces its gradients in
+`reduce_dtype` (obsspec.train.precision.fsdp_precision), with no autocast; one process keeps
+float32 weights under autocast.
 """
 
 from __future__ import annotations
@@ -27,15 +36,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from obsspec.errors import ConfigError, TrainingError
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rl.config import GRPOSettings
 from obsspec.rl.grpo import LossParts, ResponseLogprobs, clipped_policy_loss
 from obsspec.train import distributed, sharding
+from obsspec.train.activations import checkpoint_activations
 from obsspec.train.batches import plan_batches
 from obsspec.train.config import TrainSettings
 from obsspec.train.core import TrainerCore
 from obsspec.train.model import load_model
-from obsspec.train.precision import autocast, placement
+from obsspec.train.precision import autocast, fsdp_precision, placement
 
 
 @dataclass(frozen=True)
@@ -52,17 +63,24 @@ class PolicyTrainer:
     ) -> None:
         import torch
 
+        if settings.batch_tokens is None:
+            raise ConfigError(
+                "grpo.batch_tokens is unset: the policy trainer needs it resolved",
+                hint="pass RLConfig.grpo_settings (it follows engine.max_model_len)",
+            )
         torch.manual_seed(seed)
         self.settings = settings
+        self.batch_tokens: int = settings.batch_tokens
         self.seed = seed
         self.where = placement(TrainSettings(dtype=settings.dtype, device=device))
         self.ranks = distributed.current()
-        self.net = self.load(base)
+        self.sharded = sharding.sharded()
+        self.net = self.load(base, trained=True)
         self.model = self.net.model  # the HF model inside
         self.model.train()
         self.reference = None
         if settings.kl_coef > 0:  # a frozen copy of the initial policy
-            self.reference = self.load(base).eval().requires_grad_(False)
+            self.reference = self.load(base, trained=False).eval().requires_grad_(False)
         self.core = TrainerCore(  # constant lr; FSDP2-sharded state when over ranks
             self.model,
             lr=settings.lr,
@@ -76,18 +94,26 @@ class PolicyTrainer:
         )
         self.pad_id = load_tokenizer(base).pad_token_id or 0
 
-    def load(self, base: Path) -> ResponseLogprobs:
+    def load(self, base: Path, *, trained: bool) -> ResponseLogprobs:
         net = ResponseLogprobs(load_model(base, self.where, None))
-        if sharding.sharded():
-            sharding.shard(net, sharding.decoder_layers(net.model))
+        if trained and self.settings.activation_checkpointing:
+            checkpoint_activations(net.model)
+        if self.sharded:
+            precision = fsdp_precision(self.where, self.settings.reduce_dtype)
+            sharding.shard(net, sharding.decoder_layers(net.model), precision)
         return net
+
+    def forward_precision(self):
+        """Autocast in one process; nothing when sharded (FSDP2 casts the parameters)."""
+        return autocast(self.where, sharded=self.sharded)
 
     def update(self, episodes: list[PolicyEpisode], step: int) -> dict[str, float]:
         """One RL step's optimizer steps; the step's loss, clip and mismatch figures."""
         start = time.monotonic()
-        trained = [e for e in episodes if any(e.mask)]
+        trained = [up_to_last_response(e) for e in episodes if any(e.mask)]
         if not trained:
             return empty_stats()
+        check_lengths(trained, self.batch_tokens)
         old = self.logprobs(self.net, trained)
         reference = self.logprobs(self.reference, trained) if self.reference else None
         parts: list[LossParts] = []
@@ -124,7 +150,7 @@ class PolicyTrainer:
     def passes(self, episodes: list[PolicyEpisode], chunk: list[int]) -> list[list[int]]:
         """The chunk's episodes grouped into forward passes of bounded size."""
         lengths = [len(episodes[i].ids) for i in chunk]
-        batches = plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0)
+        batches = plan_batches(lengths, self.batch_tokens, seed=0, epoch=0)
         return [[chunk[j] for j in batch] for batch in batches]
 
     def my_passes(self, episodes: list[PolicyEpisode], chunk: list[int]):
@@ -157,7 +183,7 @@ class PolicyTrainer:
         import torch
 
         found = []
-        with torch.no_grad(), autocast(self.where):
+        with torch.no_grad(), self.forward_precision():
             for rows, counts in self.my_passes(episodes, list(range(len(episodes)))):
                 flat = net(*self.tensors(episodes, rows)).float().cpu()
                 sizes = [sum(episodes[i].mask) for i in rows]
@@ -178,7 +204,7 @@ class PolicyTrainer:
 
         def loss_of(passed):
             rows, counts = passed
-            with autocast(self.where):
+            with self.forward_precision():
                 new = self.net(*self.tensors(episodes, rows)).float()
             device = new.device
             part = clipped_policy_loss(
@@ -213,6 +239,31 @@ class PolicyTrainer:
 
     def restore(self, folder: Path) -> None:
         self.core.load(folder)
+
+
+def up_to_last_response(episode: PolicyEpisode) -> PolicyEpisode:
+    """The episode cut after its last response token: the observation (or anything) after it
+    carries no loss, and the model being causal, it changes nothing before it. The cut
+    context is at most what the engine generated from, engine.max_model_len tokens."""
+    end = max(t for t, m in enumerate(episode.mask) if m) + 1
+    if end == len(episode.ids):
+        return episode
+    return PolicyEpisode(
+        episode.ids[:end], episode.mask[:end], episode.engine_logprobs[:end], episode.advantage
+    )
+
+
+def check_lengths(episodes: list[PolicyEpisode], batch_tokens: int) -> None:
+    """An episode longer than a forward pass may hold is an error, not an uncapped pass."""
+    longest = max(range(len(episodes)), key=lambda i: len(episodes[i].ids))
+    length = len(episodes[longest].ids)
+    if length > batch_tokens:
+        raise TrainingError(
+            f"episode {longest} of the step has {length} tokens up to its last response "
+            f"token, more than grpo.batch_tokens {batch_tokens} (one forward pass)",
+            hint=f"raise grpo.batch_tokens to at least {length}; RLConfig refuses a value "
+            "below engine.max_model_len, which bounds every episode the engine generated",
+        )
 
 
 def mismatch(episodes: list[PolicyEpisode], trainer_logprobs: list) -> float:

@@ -1,6 +1,7 @@
 """FSDP2 for a trainer spread over several processes (one GPU each; gloo on CPUs in tests).
 
-    shard(root, layers)                   each layer, then the rest, split across the ranks
+    shard(root, layers, precision)        each layer, then the rest, split across the ranks
+                                          (precision: obsspec.train.precision.fsdp_precision)
     state = full_model_state(root, "model.")  the whole weights, on rank 0 (collective)
     load_model_state(root, state, "model.")   every rank passes the same whole weights
     full_optimizer_state(root, opt) / load_optimizer_state(root, opt, state)
@@ -33,18 +34,20 @@ def decoder_layers(model) -> list:
     return list(layers)
 
 
-def shard(root, layers: list) -> None:
+def shard(root, layers: list, precision=None) -> None:
     """Split the parameters over the process group's ranks (in place): each layer is its own
-    unit, gathered only while it computes; the root holds the rest (tied weights together)."""
+    unit, gathered only while it computes; the root holds the rest (tied weights together).
+    `precision`: FSDP2's MixedPrecisionPolicy (None: gathered and reduced as stored)."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     mesh = init_device_mesh(device, (torch.distributed.get_world_size(),))
+    policy = precision or MixedPrecisionPolicy()
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(root, mesh=mesh)  # embeddings, final norm, the (tied) output layer
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(root, mesh=mesh, mp_policy=policy)  # embeddings, final norm, the output layer
 
 
 def options(*, cpu_offload: bool = False):

@@ -210,3 +210,55 @@ def test_lengths_that_cannot_hold_a_full_observation_or_example_are_refused(tmp_
 
     with pytest.raises(ValueError, match="wm_max_tokens 256 cannot hold"):
         CollectConfig(tasks="t", out=tmp_path, speculation={"wm_max_tokens": 256})
+
+
+def test_grpo_batch_tokens_follows_the_context_length_and_a_smaller_one_is_refused(tmp_path):
+    """An episode's context grows to engine.max_model_len and goes into one forward pass."""
+    flags = {"tasks": "t", "out": tmp_path}
+    default = load_rl_config(None, flags)
+    assert default.grpo.batch_tokens is None and default.grpo_settings.batch_tokens == 4096
+    short = load_rl_config(None, {**flags, "engine": {"max_model_len": 2048}})
+    assert short.grpo_settings.batch_tokens == 2048
+    roomy = load_rl_config(None, {**flags, "grpo": {"batch_tokens": 8192}})
+    assert roomy.grpo_settings.batch_tokens == 8192
+
+    config = tmp_path / "tight.toml"
+    config.write_text("[rl.engine]\nmax_model_len = 2048\n[rl.grpo]\nbatch_tokens = 1024\n")
+    with pytest.raises(ConfigError) as caught:
+        load_rl_config(config, flags)
+    message = str(caught.value)
+    assert "grpo.batch_tokens 1024 cannot hold a whole episode" in message
+    assert "engine.max_model_len 2048" in message and "at least 2048" in message
+    assert "lower engine.max_model_len to 1024" in message
+
+
+def test_every_rl_example_config_validates_with_whole_episodes_in_a_pass(tmp_path):
+    examples = sorted(EXAMPLE.parent.glob("rl_*.toml"))
+    assert len(examples) >= 4
+    for path in examples:
+        config = load_rl_config(path, {"tasks": "t", "out": tmp_path})
+        assert config.grpo_settings.batch_tokens >= config.engine.max_model_len, path.name
+
+
+# A default run's [rl.grpo] identity as runs recorded it before batch_tokens followed the
+# context length and the trainer's memory and precision settings existed.
+GRPO_IDENTITY_BEFORE = {
+    "group_size": 4, "tasks_per_step": 2, "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0,
+    "scale_by_std": True, "std": "unbiased", "reward_requires_done": True, "lr": 1e-06,
+    "weight_decay": 0.0, "max_grad_norm": 1.0, "minibatches": 2, "batch_tokens": 2048,
+    "dtype": "auto",
+}  # fmt: skip
+
+
+def test_runs_made_before_the_trainers_memory_settings_keep_their_identity(tmp_path):
+    flags = {"tasks": "t", "out": tmp_path}
+    default = load_rl_config(None, flags)
+    assert default.identity()["grpo"] == GRPO_IDENTITY_BEFORE  # so they still resume
+    assert "activation_checkpointing" not in default.identity()["cotrain"]
+    # recomputation saves memory and learns the same: a resumed run may turn it on
+    recomputing = {"activation_checkpointing": True}
+    on = load_rl_config(None, {**flags, "grpo": recomputing, "cotrain": recomputing})
+    assert on.identity() == default.identity()
+    # a bfloat16 reduction rounds the gradients: another run
+    rounded = load_rl_config(None, {**flags, "grpo": {"reduce_dtype": "bfloat16"}})
+    assert rounded.identity()["grpo"] == {**GRPO_IDENTITY_BEFORE, "reduce_dtype": "bfloat16"}

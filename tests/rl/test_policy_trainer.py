@@ -1,5 +1,7 @@
 """The policy trainer alone: a step sharded over two processes (FSDP2 on gloo) learns what
-one process learns, and their checkpoints are interchangeable."""
+one process learns, and their checkpoints are interchangeable; recomputing activations gives
+the same gradients; sharded bfloat16 gathers bfloat16 and reduces in reduce_dtype; episodes
+are cut after their last response token, and one longer than a pass is refused."""
 
 import json
 
@@ -7,8 +9,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from obsspec.rl.policy_trainer import PolicyTrainer
-from tests.rl.sharded_ranks import SETTINGS, fixed_episodes, rank_main
+from obsspec.errors import ConfigError, TrainingError
+from obsspec.rl.policy_trainer import PolicyEpisode, PolicyTrainer
+from obsspec.train.sharding import decoder_layers
+from tests.rl.sharded_ranks import (
+    EXACT,
+    SETTINGS,
+    fixed_episodes,
+    precision_rank_main,
+    rank_main,
+    two_long_episodes,
+)
 
 # Real training: two spawned ranks and their one-process twin (seconds of CPU each).
 pytestmark = pytest.mark.slow
@@ -102,3 +113,86 @@ def test_the_clip_binds_only_once_a_minibatch_follows_an_update(tiny_model_dir, 
         clip_fraction[minibatches] = trainer.update(episodes, 0)["clip_fraction"]
     assert clip_fraction[1] == 0.0
     assert clip_fraction[2] > 0.0, clip_fraction
+
+
+@pytest.fixture(scope="module")
+def precision_ranks(tiny_model_dir, tokenizer, tmp_path_factory) -> dict:
+    """What one step of each of sharded_ranks.PRECISION_RUNS saw on two ranks."""
+    out = tmp_path_factory.mktemp("precision")
+    torch.multiprocessing.spawn(
+        precision_rank_main, args=(2, str(tiny_model_dir), str(out), len(tokenizer)), nprocs=2
+    )
+    return json.loads((out / "precision.json").read_text())
+
+
+def test_two_ranks_recomputing_activations_get_the_same_gradients(precision_ranks):
+    plain, recompute = precision_ranks["float32"], precision_ranks["float32-recompute"]
+    assert recompute["gradient_gap"] < 1e-6 and recompute["gradient_cosine"] > 1 - 1e-6
+    assert_same_figures(recompute["figures"], plain["figures"])
+    # every training pass ran the layer's forward once more, in its backward
+    assert plain["training_passes"] == recompute["training_passes"] == 1
+    assert recompute["layer_calls"] == plain["layer_calls"] + recompute["training_passes"]
+
+
+def test_sharded_bfloat16_gathers_bfloat16_and_reduces_in_reduce_dtype(precision_ranks):
+    """The layers compute in bfloat16 (no autocast: FSDP2 gathers bfloat16 copies) while the
+    shards and the optimizer state stay float32; reduced in bfloat16, every gradient is a
+    bfloat16 value, reduced in float32 (the default), the ranks' sum keeps its low bits."""
+    for name in ("float32", "float32-recompute"):
+        assert precision_ranks[name]["computed_in"] == ["torch.float32"]
+    for reduce in ("float32", "bfloat16"):
+        seen = precision_ranks[f"bfloat16-reduce-{reduce}"]
+        assert seen["computed_in"] == ["torch.bfloat16"]
+        assert seen["shards"] == seen["optimizer"] == ["torch.float32"]
+        assert seen["gradients_bf16_exact"] == (reduce == "bfloat16")
+        # the same gradient as float32's, within bfloat16's rounding
+        assert seen["gradient_cosine"] > 0.99, seen
+        grad_norm = precision_ranks["float32"]["figures"]["grad_norm"]
+        assert seen["figures"]["grad_norm"] == pytest.approx(grad_norm, rel=0.02)
+    assert not precision_ranks["float32"]["gradients_bf16_exact"]
+
+
+def test_recomputing_activations_in_one_process_gives_the_same_gradients(tiny_model_dir, tokenizer):
+    episodes = two_long_episodes(len(tokenizer))
+    gradients, calls = {}, {}
+    for recompute in (False, True):
+        settings = EXACT.model_copy(update={"activation_checkpointing": recompute})
+        trainer = PolicyTrainer(tiny_model_dir, settings, seed=0, device="cpu")
+        count = [0]
+        decoder_layers(trainer.model)[0].register_forward_pre_hook(
+            lambda *_, count=count: count.__setitem__(0, count[0] + 1)
+        )
+        trainer.update(episodes, 0)
+        gradients[recompute] = [p.grad for p in trainer.model.parameters()]
+        calls[recompute] = count[0]
+    passes = len(trainer.passes(episodes, [0, 1]))
+    assert passes == 2  # one process runs both: the old log-probs' passes, then the step's
+    assert calls == {False: 2 * passes, True: 3 * passes}
+    for without, with_ in zip(gradients[False], gradients[True], strict=True):
+        assert torch.allclose(without, with_, atol=1e-7)
+
+
+def test_an_episode_is_cut_after_its_last_response_and_one_longer_than_a_pass_refused(
+    tiny_model_dir, tokenizer
+):
+    vocab = len(tokenizer)
+    trainer = PolicyTrainer(tiny_model_dir, SETTINGS, seed=0, device="cpu")  # 128-token passes
+    short = two_long_episodes(vocab)[0]  # 100 tokens, its response up to the end
+    tail = PolicyEpisode(  # 300 tokens: an observation after its last response token
+        short.ids + [5] * 200, short.mask + [0] * 200, short.engine_logprobs + [None] * 200, 1.0
+    )
+    # causal: the tail changes no log-probability before it (an uncut pass of 300 tokens)
+    whole, cut = trainer.logprobs(trainer.net, [tail])[0], trainer.logprobs(trainer.net, [short])[0]
+    assert torch.allclose(whole, cut, atol=1e-5)
+    assert trainer.update([tail], 0)["trained_tokens"] == sum(short.mask)
+
+    long = PolicyEpisode([7] * 200, [0] * 10 + [1] * 190, [None] * 200, 1.0)
+    with pytest.raises(TrainingError, match=r"200 tokens .* grpo\.batch_tokens 128") as caught:
+        trainer.update([short, long], 1)
+    assert "at least 200" in caught.value.hint
+
+
+def test_an_unresolved_batch_tokens_is_refused_before_loading(tmp_path):
+    with pytest.raises(ConfigError, match=r"grpo\.batch_tokens is unset") as caught:
+        PolicyTrainer(tmp_path, SETTINGS.model_copy(update={"batch_tokens": None}), seed=0)
+    assert "RLConfig.grpo_settings" in caught.value.hint
