@@ -105,6 +105,14 @@ async def test_two_trainer_ranks_meet_at_rank_zeros_store_without_a_port_race(ra
         with socket.socket() as intruder, pytest.raises(OSError):
             intruder.bind((host, int(port)))  # rank 0's store still holds the port
         await gathered([rank.join.remote(master) for rank in ranks])
+
+        def all_sum(_actor, value: float) -> float:  # runs inside the rank's process
+            from obsspec.train import distributed
+
+            return distributed.all_sum([value])[0]
+
+        sums = await gathered([r.__ray_call__.remote(all_sum, n) for n, r in enumerate(ranks)])
+        assert sums == [1.0, 1.0]  # 0 + 1 on both ranks: one gloo process group
         assert len(set(await gathered([r.node_id.remote() for r in ranks]))) == 1
     finally:
         for rank in locals().get("ranks", []):
