@@ -332,6 +332,22 @@ FAULTS = [
         ("tests/rl/test_rl_run.py::test_gpus_asked_for_but_absent_are_a_clear_error",),
     ),
     Fault(
+        "rl's roles fit the cluster's totals but no node can hold a role (8 STRICT_PACK "
+        "trainer GPUs on nodes of 4, a custom resource no node has)",
+        "1",
+        "after `placement_timeout_s` (at once when even the totals are short): `error: Ray "
+        "could not place the policy trainer within 300 s (placement_timeout_s): ...` naming "
+        "its bundles, strategy and every node's GPUs, CPUs and custom resources; no placement "
+        "group is kept",
+        "`rl-run.json` with status failed and no step done",
+        "the failed start is replaced (no --overwrite); refused again until the cluster or "
+        "`[rl.placement]` changes",
+        (
+            "tests/rl/test_placement.py::"
+            "test_a_group_no_node_can_hold_is_a_cluster_error_naming_it_and_the_nodes",
+        ),
+    ),
+    Fault(
         "a model's tokenizer does not load (a corrupt `tokenizer.json`)",
         "1",
         "`error:` naming the model directory; the hint: pull the model again",
