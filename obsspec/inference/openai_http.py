@@ -196,6 +196,16 @@ class OpenAIEngine:
 
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         """Needs a vLLM server started with VLLM_SERVER_DEV_MODE=1 (its /collective_rpc)."""
+        from obsspec.inference.weight_loading import stale_tied_output
+
+        if stale_tied_output(checkpoint):
+            raise EngineError(
+                f"{checkpoint} saves its tied output layer only inside the embedding, and "
+                "vLLM's in-place reload through a server would leave the served output layer "
+                "on the old weights (no error from vLLM)",
+                hint="save lm_head.weight into the directory too, or use the in-process "
+                "engine, which sends it",
+            )
         response = await self._http.post(
             "/collective_rpc",
             json={"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}},

@@ -238,7 +238,7 @@ class LocalVLLMEngine:
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         """Swap in the safetensors weights of an HF directory (same architecture), in place;
         generations from now on record `version`."""
-        await reload_from_directory(self._started(), checkpoint)
+        await reload_from_directory(self._started(), checkpoint, self._checkpoint_names())
         self.weight_version = version
 
     async def load_weight_buckets(self, buckets: Iterable[Bucket], version: int) -> None:
@@ -247,11 +247,14 @@ class LocalVLLMEngine:
         any device; a layer may be split across buckets. Generation pauses while they load
         (requests are kept). `version` is recorded only once every bucket has loaded; a
         bucket naming a weight the model lacks is an EngineError naming it."""
-        llm = self._started()
+        await reload_from_buckets(self._started(), buckets, self._checkpoint_names())
+        self.weight_version = version
+
+    def _checkpoint_names(self) -> CheckpointNames:
+        """The served checkpoint's weight names and shapes (read once)."""
         if self._names is None:
             self._names = CheckpointNames.of(self.settings.model)
-        await reload_from_buckets(llm, buckets, self._names)
-        self.weight_version = version
+        return self._names
 
     async def score(self, token_ids: list[int]) -> list[float | None]:
         """The log-probability the current weights give each token after its prefix (None

@@ -1,8 +1,8 @@
 """The one place that knows how this vLLM version swaps an engine's weights in place.
 
     check_vllm_version(installed_vllm_version())              # at engine start
-    await reload_from_directory(llm, Path("ckpt/step-3"))     # an HF safetensors directory
     names = CheckpointNames.of(model_dir)                     # what a bucket may name
+    await reload_from_directory(llm, Path("ckpt/step-3"), names)  # an HF directory
     await reload_from_buckets(llm, buckets, names)            # named tensors in memory
 
 `llm` is vLLM's AsyncLLM, started with `worker_extension_cls=WORKER_EXTENSION`.
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 SUPPORTED_VLLM = ">=0.32,<0.33"
 WORKER_EXTENSION = "obsspec.inference.weight_loading.WeightBucketReceiver"
 
+EMBEDDING, OUTPUT = "model.embed_tokens.weight", "lm_head.weight"
 Bucket = list[tuple[str, "Tensor"]]
 PackedTensor = list[Any]  # [name, dtype name, shape, raw bytes]: what msgpack carries intact
 
@@ -104,6 +105,7 @@ class CheckpointNames:
 
     shapes: dict[str, tuple[int, ...]]
     source: Path
+    tied_output: bool = False  # the output layer is the input embedding (saved once)
 
     @classmethod
     def of(cls, model_dir: Path) -> CheckpointNames:
@@ -119,12 +121,13 @@ class CheckpointNames:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                     shapes[name] = tuple(f.get_slice(name).get_shape())
         # A model whose output layer is tied to its embedding saves it once; a trainer's
-        # state_dict still names it, and vLLM skips it: accept it with the embedding's shape.
+        # state_dict still names it: accept it with the embedding's shape.
         config = json.loads((model_dir / "config.json").read_text())
-        embedding = shapes.get("model.embed_tokens.weight")
-        if config.get("tie_word_embeddings") and embedding and "lm_head.weight" not in shapes:
-            shapes["lm_head.weight"] = embedding
-        return cls(shapes, model_dir)
+        embedding = shapes.get(EMBEDDING)
+        tied = bool(config.get("tie_word_embeddings")) and embedding is not None
+        if tied and OUTPUT not in shapes:
+            shapes[OUTPUT] = embedding
+        return cls(shapes, model_dir, tied)
 
     def check(self, bucket: Bucket) -> None:
         """EngineError naming the first weight this checkpoint does not have, or has in
@@ -168,8 +171,51 @@ def unpack_bucket(packed: list[PackedTensor]) -> Bucket:
     return bucket
 
 
-async def reload_from_directory(llm, checkpoint: Path) -> None:
-    """Swap in the safetensors weights of an HF directory (same architecture)."""
+def with_tied_output(buckets: Iterable[Bucket], names: CheckpointNames) -> Iterator[Bucket]:
+    """The buckets, with the output layer sent alongside the embedding when the two are
+    tied. vLLM ties them when it builds the model, but its layerwise reload replaces each
+    layer's tensors: an output layer not sent keeps its old weights ("ParallelLMHead:
+    Failed to load weights" in the log), and the engine serves a model whose embedding is
+    new and whose output layer is old, with no error (seen on 0.32: a probe's
+    log-probabilities 0.18 from the trainer's after one update)."""
+    sent_output = False
+    for bucket in buckets:
+        if names.tied_output:
+            has_output = any(name == OUTPUT for name, _ in bucket)
+            if sent_output:
+                bucket = [(n, t) for n, t in bucket if n != OUTPUT]
+            elif not has_output:
+                bucket = bucket + [(OUTPUT, t) for n, t in bucket if n == EMBEDDING]
+            sent_output = sent_output or any(name == OUTPUT for name, _ in bucket)
+        yield bucket
+
+
+def directory_buckets(checkpoint: Path, bucket_bytes: int = 512 << 20) -> Iterator[Bucket]:
+    """An HF directory's safetensors as buckets, read a tensor at a time."""
+    from safetensors import safe_open
+
+    bucket: Bucket = []
+    size = 0
+    for file in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                tensor = f.get_tensor(name)
+                if bucket and size + tensor.nbytes > bucket_bytes:
+                    yield bucket
+                    bucket, size = [], 0
+                bucket.append((name, tensor))
+                size += tensor.nbytes
+    if bucket:
+        yield bucket
+
+
+async def reload_from_directory(llm, checkpoint: Path, names: CheckpointNames) -> None:
+    """Swap in the safetensors weights of an HF directory (same architecture). A directory
+    of a tied model saves the output layer once, inside the embedding: it goes through the
+    bucket path, which sends it to both (see with_tied_output)."""
+    if names.tied_output and stale_tied_output(checkpoint):
+        await reload_from_buckets(llm, directory_buckets(checkpoint), names)
+        return
     async with paused(llm):
         try:
             await llm.collective_rpc("reload_weights", kwargs={"weights_path": str(checkpoint)})
@@ -190,7 +236,7 @@ async def reload_from_buckets(
     async with paused(llm):
         begun = False
         try:
-            for bucket in buckets:
+            for bucket in with_tied_output(buckets, names):
                 names.check(bucket)
                 if not bucket:
                     continue
@@ -217,6 +263,25 @@ async def reload_from_buckets(
         if begun:
             await forget_computed_state(llm)
     return loaded_buckets, loaded_tensors
+
+
+def stale_tied_output(checkpoint: Path) -> bool:
+    """Whether reloading this directory by path would leave a tied output layer stale: its
+    config ties it to the embedding and its safetensors do not hold it."""
+    config = checkpoint / "config.json"
+    if not config.is_file() or not json.loads(config.read_text()).get("tie_word_embeddings"):
+        return False
+    return not directory_has(checkpoint, OUTPUT)
+
+
+def directory_has(checkpoint: Path, name: str) -> bool:
+    from safetensors import safe_open
+
+    for file in checkpoint.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as f:
+            if name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                return True
+    return False
 
 
 @contextlib.asynccontextmanager

@@ -136,13 +136,38 @@ def test_collect_speculating_through_a_fcfs_server_stops_before_any_episode(
     assert not list((tmp_path / "run").glob("**/*.parquet"))  # not one episode was played
 
 
-async def test_reload_resets_the_server_prefix_cache(vllm_server, tiny_model_dir):
+def with_output_layer(model_dir, out):
+    """A copy of a tied model whose safetensors also hold lm_head.weight."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model_dir, out)
+    (weights,) = out.glob("*.safetensors")
+    state = load_file(weights)
+    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    save_file(state, weights, metadata={"format": "pt"})
+    return out
+
+
+async def test_reload_resets_the_server_prefix_cache(vllm_server, tiny_model_dir, tmp_path):
     prompt = chat_ids(tiny_model_dir, "ls")
+    same = with_output_layer(tiny_model_dir, tmp_path / "same")
     async with OpenAIEngine(vllm_server, "tiny") as remote:
         before = await remote.generate(prompt, Sampling(max_tokens=6))
-        await remote.load_weights(tiny_model_dir, 7)  # the same weights, reloaded
+        await remote.load_weights(same, 7)  # the same weights, reloaded
         after = await remote.generate(prompt, Sampling(max_tokens=6))
     assert after.weight_version == 7 and after.token_ids == before.token_ids
+
+
+async def test_a_tied_directory_without_its_output_layer_is_not_reloaded(
+    vllm_server, tiny_model_dir
+):
+    # vLLM's reload by path would leave the served output layer on the old weights
+    async with OpenAIEngine(vllm_server, "tiny") as remote:
+        with pytest.raises(EngineError, match="tied output layer"):
+            await remote.load_weights(tiny_model_dir, 8)
+        assert remote.weight_version != 8
 
 
 async def test_score_matches_the_in_process_engine(vllm_server, tiny_engine, tiny_model_dir):
