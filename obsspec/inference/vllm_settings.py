@@ -117,4 +117,9 @@ def engine_kwargs(settings: EngineSettings, platform: Platform) -> dict[str, Any
         kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gb * GIB)
     if s.gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+    if s.tensor_parallel_size > 1:
+        # Inside a Ray actor vLLM would pick its Ray executor and ask for one placement
+        # bundle per GPU; the rollout worker's bundle already holds its GPUs (Ray shows the
+        # actor only those), so the engine's shards run as processes of the actor.
+        kwargs["distributed_executor_backend"] = "mp"
     return kwargs

@@ -35,6 +35,7 @@ def test_gpu_arguments_follow_utilization_or_an_explicit_cache(tmp_path):
     gpu = engine_kwargs(shared, "cuda")
     assert gpu["gpu_memory_utilization"] == 0.45
     assert gpu["tensor_parallel_size"] == 2
+    assert gpu["distributed_executor_backend"] == "mp"  # in the actor's own GPUs, not Ray's
     assert "kv_cache_memory_bytes" not in gpu  # the cache is what the share leaves
     assert gpu["enforce_eager"] is False  # CUDA graphs
     assert "enable_chunked_prefill" not in gpu
@@ -43,6 +44,7 @@ def test_gpu_arguments_follow_utilization_or_an_explicit_cache(tmp_path):
     assert fixed["gpu_memory_utilization"] == 0.45  # still the start-up free-memory check
     default = engine_kwargs(EngineSettings(model=tmp_path), "cuda")
     assert "gpu_memory_utilization" not in default and "kv_cache_memory_bytes" not in default
+    assert "distributed_executor_backend" not in default  # one GPU: vLLM's own choice
     eager = engine_kwargs(EngineSettings(model=tmp_path, enforce_eager=True), "cuda")
     assert eager["enforce_eager"] is True
 
