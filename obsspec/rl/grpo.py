@@ -30,7 +30,7 @@ from typing import Literal
 
 import torch
 
-from obsspec.train.model import is_peft
+from obsspec.train.model import LOGITS_CHUNK, is_peft, target_logprobs
 
 GroupStd = Literal["unbiased", "population"]
 
@@ -89,9 +89,11 @@ def response_logprobs(
     hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     targets = mask[:, 1:]  # [rows, width-1]: hidden[t] predicts ids[t+1]
     picked = hidden[:, :-1][targets]  # [n, hidden]
-    logits = base.get_output_embeddings()(picked).float()  # [n, vocab]
-    logprobs = logits.log_softmax(-1)
-    return logprobs.gather(-1, ids[:, 1:][targets].unsqueeze(-1)).squeeze(-1)  # [n]
+    head, wanted = base.get_output_embeddings(), ids[:, 1:][targets]  # wanted: [n]
+    if picked.shape[0] > LOGITS_CHUNK:  # float32 logits a chunk at a time
+        return target_logprobs(head, picked, wanted, LOGITS_CHUNK)
+    logprobs = head(picked).float().log_softmax(-1)  # [n, vocab]
+    return logprobs.gather(-1, wanted.unsqueeze(-1)).squeeze(-1)  # [n]
 
 
 class ResponseLogprobs(torch.nn.Module):

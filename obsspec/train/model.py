@@ -74,6 +74,34 @@ class LabelledLoss(torch.nn.Module):
         return labelled_loss_sum(self.model, ids, attention, labels)[0]
 
 
+LOGITS_CHUNK = 4096  # positions whose float32 logits exist at once (2.3 GiB at 152k words)
+
+
+def target_logprobs(head, hidden, targets, chunk: int = LOGITS_CHUNK):
+    """log softmax(head(hidden[i]))[targets[i]] for each row i: [n, h], [n] -> [n], float32.
+
+    Past `chunk` rows the output layer runs a chunk at a time, each recomputed in the
+    backward pass: float32 logits and their log-softmax for every position of a long pass
+    would otherwise be kept for the backward (at a 32k-token pass and a 152k vocabulary,
+    about 37 GiB). Up to `chunk` rows it is one plain projection."""
+    import torch.nn.functional as F
+
+    def part(rows, wanted):
+        return -F.cross_entropy(head(rows).float(), wanted, reduction="none")
+
+    if hidden.shape[0] <= chunk:
+        return part(hidden, targets)
+    from torch.utils.checkpoint import checkpoint
+
+    pieces = [
+        checkpoint(part, rows, wanted, use_reentrant=False)
+        if torch.is_grad_enabled()
+        else part(rows, wanted)
+        for rows, wanted in zip(hidden.split(chunk), targets.split(chunk), strict=True)
+    ]
+    return torch.cat(pieces)
+
+
 def labelled_loss_sum(model, ids, attention, labels):
     """Sum of the next-token cross-entropy over labelled tokens, and how many there are.
 
@@ -86,6 +114,10 @@ def labelled_loss_sum(model, ids, attention, labels):
     hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     targets = labels[:, 1:]  # [rows, width-1]
     picked = hidden[:, :-1][targets]  # [n, hidden]
-    logits = base.get_output_embeddings()(picked).float()  # [n, vocab]
-    loss = F.cross_entropy(logits, ids[:, 1:][targets], reduction="sum")
+    head = base.get_output_embeddings()
+    wanted = ids[:, 1:][targets]  # [n]
+    if picked.shape[0] > LOGITS_CHUNK:
+        loss = -target_logprobs(head, picked, wanted, LOGITS_CHUNK).sum()
+    else:
+        loss = F.cross_entropy(head(picked).float(), wanted, reduction="sum")  # [n, vocab] inside
     return loss, int(targets.sum().item())
