@@ -39,11 +39,12 @@ def collect_limits() -> EpisodeLimits:
 
 class EngineOptions(StrictModel):
     max_model_len: int = Field(default=4096, ge=64, description="Longest context in tokens.")
-    kv_cache_gb: float = Field(
-        default=1.0,
+    kv_cache_gb: float | None = Field(
+        default=None,
         gt=0,
-        description="The policy engine's KV-cache memory, GiB (on GPU it fixes the cache's "
-        "size exactly; see obsspec.inference.vllm_settings).",
+        description="The policy engine's KV-cache memory, GiB; on GPU it fixes the cache's "
+        "size exactly (see obsspec.inference.vllm_settings) [default: 1 on CPU; on GPU what "
+        "gpu_memory_utilization's share leaves].",
     )
     gpu_memory_utilization: float | None = Field(
         default=None,
@@ -104,7 +105,12 @@ class SpeculationConfig(SpeculationSettings):
         "[default: the longest observation the policy can be shown, from "
         "engine.max_model_len and limits.observation_max_chars; a smaller value is refused].",
     )
-    wm_kv_cache_gb: float = Field(default=0.5, gt=0, description="World-model KV cache, GiB.")
+    wm_kv_cache_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="World-model KV cache, GiB [default: 0.5 on CPU; on GPU what "
+        "wm_gpu_memory_utilization's share leaves].",
+    )
     wm_gpu_memory_utilization: float | None = Field(
         default=None,
         gt=0,

@@ -17,15 +17,27 @@ from typing import Literal
 
 from obsspec.errors import ConfigError
 from obsspec.inference.vllm_local import EngineSettings
+from obsspec.inference.vllm_settings import Platform, current_platform_kind
 from obsspec.rollout.config import RolloutSettings
 
 Role = Literal["policy", "world_model"]
 
 
+WM_CPU_KV_CACHE_GB = 0.5  # the world model's answers are short; the policy's 1 GiB is more
+
+
 def engine_settings(
-    model_dir: Path, rollout: RolloutSettings, *, role: Role, seed: int = 0
+    model_dir: Path,
+    rollout: RolloutSettings,
+    *,
+    role: Role,
+    seed: int = 0,
+    platform: Platform | None = None,
 ) -> EngineSettings:
-    """vLLM settings of the policy's or the world model's engine for these rollouts."""
+    """vLLM settings of the policy's or the world model's engine for these rollouts
+    (platform: the installed vLLM's, unless given)."""
+    platform = platform or current_platform_kind()
+    check_gpu_shares(rollout, platform)
     options, spec = rollout.engine, rollout.speculation
     breadth = spec.breadth if spec.enabled else 1
     if role == "policy":
@@ -36,8 +48,9 @@ def engine_settings(
             "tensor_parallel_size": options.tensor_parallel_size,
         }
     else:
+        wm_cpu_default = WM_CPU_KV_CACHE_GB if platform == "cpu" else None
         own = {
-            "kv_cache_gb": spec.wm_kv_cache_gb,
+            "kv_cache_gb": spec.wm_kv_cache_gb or wm_cpu_default,
             "cpu_cores": spec.wm_cpu_cores,
             "gpu_memory_utilization": spec.wm_gpu_memory_utilization,
             "tensor_parallel_size": spec.wm_tensor_parallel_size,
@@ -51,6 +64,31 @@ def engine_settings(
         allow_untested_vllm=options.allow_untested_vllm,
         **own,
     )
+
+
+def check_gpu_shares(rollout: RolloutSettings, platform: Platform) -> None:
+    """On a GPU, two engines side by side must each say their share: vLLM checks at start
+    that its share (0.92 unless set) of the GPU is free, so the second engine would fail
+    with an error about free memory that names neither setting."""
+    spec = rollout.speculation
+    if platform == "cpu" or rollout.engine.server or not (spec.enabled and spec.world_model):
+        return
+    unset = [
+        key
+        for key, value in (
+            ("engine.gpu_memory_utilization", rollout.engine.gpu_memory_utilization),
+            ("speculation.wm_gpu_memory_utilization", spec.wm_gpu_memory_utilization),
+        )
+        if value is None
+    ]
+    if unset:
+        raise ConfigError(
+            f"the policy and world-model engines share a GPU, but {' and '.join(unset)} "
+            f"{'is' if len(unset) == 1 else 'are'} not set: vLLM would give the first engine "
+            "92% of the GPU and the second could not start",
+            hint="set both, summing below 1 (e.g. 0.7 and 0.2); `python bench/gpu_check.py "
+            "--dry-run --config FILE` shows what each GPU holds",
+        )
 
 
 def open_engine(rollout: RolloutSettings, model_dir: Path, *, seed: int = 0):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from obsspec.errors import ConfigError
 from obsspec.inference.vllm_settings import engine_kwargs
 from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.engines import engine_settings
@@ -39,3 +40,25 @@ def test_two_engines_may_not_take_the_whole_gpu():
         gpu_settings(gpu_memory_utilization=0.7)
     # a policy served elsewhere leaves the world model's engine alone on the GPU
     gpu_settings(gpu_memory_utilization=0.7, server="http://127.0.0.1:8000")
+
+
+def test_kv_caches_default_to_their_cpu_sizes_and_to_the_share_on_gpu(tmp_path):
+    settings = gpu_settings()
+    cpu_policy = engine_settings(tmp_path, settings, role="policy", platform="cpu")
+    cpu_wm = engine_settings(tmp_path, settings, role="world_model", platform="cpu")
+    assert engine_kwargs(cpu_policy, "cpu")["kv_cache_memory_bytes"] == 1 << 30
+    assert engine_kwargs(cpu_wm, "cpu")["kv_cache_memory_bytes"] == 1 << 29
+    for role in ("policy", "world_model"):
+        gpu = engine_kwargs(engine_settings(tmp_path, settings, role=role, platform="cuda"), "cuda")
+        assert "kv_cache_memory_bytes" not in gpu  # what the share leaves, not 1 GiB
+
+
+def test_two_engines_on_a_gpu_must_each_say_their_share(tmp_path):
+    shares_unset = RolloutSettings.model_validate(
+        {"speculation": {"enabled": True, "world_model": "wm"}}
+    )
+    with pytest.raises(ConfigError, match=r"engine\.gpu_memory_utilization and speculation\.wm_gpu"):
+        engine_settings(tmp_path, shares_unset, role="policy", platform="cuda")
+    engine_settings(tmp_path, shares_unset, role="policy", platform="cpu")  # no GPU: no share
+    alone = RolloutSettings()  # no world model: the policy's engine has the GPU to itself
+    engine_settings(tmp_path, alone, role="policy", platform="cuda")
