@@ -16,7 +16,8 @@ Estimates, not measurements: each part is named so a user can see where the memo
   AdamW's two moments (16 bytes per parameter over N ranks, FSDP2), the bfloat16 weights of
   the units FSDP2 has gathered (the root unit: embeddings and output layer; two decoder
   layers, one prefetched), the activations of one forward pass of `grpo.batch_tokens` tokens,
-  and the float32 logits of its response tokens with their gradient (bounded by the pass).
+  and the float32 logits of its response tokens with their gradient (a chunk of positions
+  at a time: obsspec.train.model.target_logprobs).
 - Activations per token and layer: the tensors a decoder layer keeps for its backward in
   bfloat16 (layer input, normed inputs, q/k/v, attention output, MLP gate/up/activation);
   with activation checkpointing only each layer's input stays, and one layer's set is live
@@ -32,6 +33,7 @@ from typing import Any
 
 from obsspec.errors import ConfigError
 from obsspec.rl.config import RLConfig
+from obsspec.train.model import LOGITS_CHUNK
 
 GIB = 1 << 30
 ENGINE_RESERVE_GIB = 2.0
@@ -211,18 +213,16 @@ def engine_memory(
     utilization: float | None,
     gpu_bytes: float,
 ) -> RoleMemory:
-    """One engine's share of each of its tensor-parallel GPUs."""
-    if utilization:
-        return RoleMemory(role, {"gpu_memory_utilization": utilization * gpu_bytes})
-    kv = (kv_cache_gb or 0.0) * GIB / tp
-    return RoleMemory(
-        role,
-        {
-            "weights_bf16": shape.params * BF16 / tp,
-            "kv_cache": kv,
-            "runtime_reserve": ENGINE_RESERVE_GIB * GIB,
-        },
-    )
+    """One engine's share of each of its tensor-parallel GPUs: under a GPU share without a
+    fixed cache, the cache is what the share leaves (vLLM sizes it so)."""
+    weights, reserve = shape.params * BF16 / tp, ENGINE_RESERVE_GIB * GIB
+    if kv_cache_gb is not None:
+        kv = kv_cache_gb * GIB / tp
+    elif utilization is not None:
+        kv = utilization * gpu_bytes - weights - reserve
+    else:
+        kv = 0.0
+    return RoleMemory(role, {"weights_bf16": weights, "kv_cache": kv, "runtime_reserve": reserve})
 
 
 def trainer_memory(
@@ -235,7 +235,8 @@ def trainer_memory(
             "master_grads_adam_fp32": shape.params * ADAM_BYTES / ranks,
             "gathered_bf16": gathered * BF16 if ranks > 1 else shape.params * BF16,
             "activations": batch_tokens * shape.activation_bytes_per_token(checkpointing),
-            "logits_fp32": batch_tokens * shape.vocab * FP32 * 2,  # and their gradient
+            # one chunk of float32 logits and its gradient (obsspec.train.model)
+            "logits_fp32": min(batch_tokens, LOGITS_CHUNK) * shape.vocab * FP32 * 2,
         },
     )
 
@@ -312,24 +313,31 @@ def plan_memory(
             )
         )
         gpus.append(gpu)
-    notes += kv_notes(config, policy, wm, policy_tp)
+    shapes = {"policy": policy, "world-model": wm}
+    notes += kv_notes(config, gpus, shapes, {"policy": policy_tp, "world-model": wm_tp})
     return MemoryPlan(gpus, notes)
 
 
-def kv_notes(config: RLConfig, policy: ModelShape, wm: ModelShape, tp: int) -> list[str]:
-    """How many full-length contexts each engine's KV budget holds, against the episodes a
-    worker plays at once (fewer: episodes wait for cache, which slows, never fails)."""
+def kv_notes(
+    config: RLConfig, gpus: list[GpuPlan], shapes: dict[str, ModelShape], tps: dict[str, int]
+) -> list[str]:
+    """How many full-length contexts the first worker's engines' caches hold, against the
+    episodes a worker plays at once (fewer: episodes wait for cache, which slows, never
+    fails); a share too small for the weights is said too."""
     notes = []
     length = config.engine.max_model_len
-    for name, shape, budget in (
-        ("policy", policy, config.engine.kv_cache_gb),
-        ("world-model", wm, config.speculation.wm_kv_cache_gb),
-    ):
-        if not budget:
+    engines = {r.role: r for g in gpus for r in g.roles if r.role.startswith("rollout-0 ")}
+    for name, shape in shapes.items():
+        role = engines.get(f"rollout-0 {name} engine")
+        if role is None:
             continue
-        holds = budget * GIB / (shape.kv_bytes_per_token() * length)
+        kv = role.parts["kv_cache"] * tps[name]
+        if kv <= 0:
+            notes.append(f"{name} engine: its GPU share leaves no room for a KV cache")
+            continue
+        holds = kv / (shape.kv_bytes_per_token() * length)
         notes.append(
-            f"{name} engine KV cache ({budget:g} GiB) holds {holds:.1f} contexts of "
+            f"{name} engine KV cache ({kv / GIB:.1f} GiB) holds {holds:.1f} contexts of "
             f"{length} tokens; a worker plays {config.concurrency} episodes at once"
         )
     return notes

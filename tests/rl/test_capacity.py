@@ -105,3 +105,21 @@ def test_the_gpu_example_fits_eight_80_gib_gpus():
     plan = plan_memory(config, SHAPES["qwen3-8b"], SHAPES["qwen3-0.6b"], gpu_gib=80)
     assert len(plan.gpus) == 8
     assert plan.fits, json.dumps(plan.as_dict(), indent=1)
+
+
+def test_a_gpu_share_leaves_its_cache_what_the_weights_do_not_take():
+    config = RLConfig.model_validate(
+        {
+            "tasks": "t",
+            "out": "o",
+            "engine": {"gpu_memory_utilization": 0.5},
+            # 0.8 GiB: less than its weights
+            "speculation": {"wm_gpu_memory_utilization": 0.01},
+            "placement": {"rollout_workers": 1, "rollout_gpus": 1},
+        }
+    )
+    plan = plan_memory(config, SHAPES["qwen3-8b"], SHAPES["qwen3-0.6b"], gpu_gib=80)
+    policy = plan.gpus[0].roles[0].parts
+    assert policy["weights_bf16"] + policy["kv_cache"] + policy["runtime_reserve"] == 40 * (1 << 30)
+    assert any("policy engine KV cache" in note for note in plan.notes)
+    assert "world-model engine: its GPU share leaves no room for a KV cache" in plan.notes
