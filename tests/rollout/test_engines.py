@@ -57,7 +57,8 @@ def test_two_engines_on_a_gpu_must_each_say_their_share(tmp_path):
     shares_unset = RolloutSettings.model_validate(
         {"speculation": {"enabled": True, "world_model": "wm"}}
     )
-    with pytest.raises(ConfigError, match=r"engine\.gpu_memory_utilization and speculation\.wm_gpu"):
+    shares = r"engine\.gpu_memory_utilization and speculation\.wm_gpu_memory_utilization"
+    with pytest.raises(ConfigError, match=shares):
         engine_settings(tmp_path, shares_unset, role="policy", platform="cuda")
     engine_settings(tmp_path, shares_unset, role="policy", platform="cpu")  # no GPU: no share
     alone = RolloutSettings()  # no world model: the policy's engine has the GPU to itself
