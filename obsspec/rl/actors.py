@@ -65,6 +65,15 @@ class RolloutActor(OnANode):
     async def load_world_model(self, weights: Path) -> None:
         await self.worker.load_world_model(weights)
 
+    async def load_policy_buckets(self, refs: list, version: int) -> None:
+        await self.worker.load_policy_buckets(refs, version)
+
+    async def load_world_model_buckets(self, refs: list) -> None:
+        await self.worker.load_world_model_buckets(refs)
+
+    async def score_policy(self, token_ids: list[int]) -> list[float | None]:
+        return await self.worker.score_policy(token_ids)
+
     async def close(self) -> None:
         await self.worker.close()
 
@@ -148,6 +157,19 @@ class PolicyTrainerActor(OnANode):
     def save_weights(self, out: Path) -> Path:
         return self.trainer.save_weights(out)
 
+    def weight_refs(self, bucket_mb: int) -> list:
+        """The weights in bf16 buckets in Ray's object store (rank 0's; every rank calls)."""
+        from obsspec.rl import weight_sync
+
+        state = weight_sync.trainer_weights(self.trainer)
+        skip = weight_sync.tied_duplicates(self.trainer.model.config)
+        return weight_sync.put_buckets(state, bucket_mb=bucket_mb, skip=skip) if state else []
+
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        from obsspec.rl.weight_sync import probe_logprobs
+
+        return probe_logprobs(self.trainer, token_ids)
+
     def save(self, folder: Path) -> None:
         self.trainer.save(folder)
 
@@ -167,6 +189,13 @@ class CoTrainerActor(OnANode):
 
     def save_weights(self, out: Path) -> Path:
         return self.trainer.save_weights(out)
+
+    def weight_refs(self, bucket_mb: int) -> list:
+        from obsspec.rl import weight_sync
+
+        model = self.trainer.model
+        skip = weight_sync.tied_duplicates(model.config)
+        return weight_sync.put_buckets(model.state_dict(), bucket_mb=bucket_mb, skip=skip)
 
     def save(self, folder: Path) -> None:
         self.trainer.save(folder)

@@ -126,7 +126,6 @@ class PlacementSettings(StrictModel):
     ray_address: str | None = Field(
         default=None, description="Join this Ray cluster (e.g. 'auto') instead of a local one."
     )
-
     trainer_strategy: Literal["PACK", "STRICT_PACK"] = Field(
         default="PACK",
         description="Ray placement strategy of the policy trainer's ranks (one bundle each): "
@@ -199,6 +198,34 @@ class PlacementSettings(StrictModel):
         return self.rollout_workers * self.rollout_gpus + self.trainer_gpus + self.wm_trainer_gpus
 
 
+class SyncSettings(StrictModel):
+    """How the trainers' weights reach the engines after each update, and the check that the
+    policy engines serve them (obsspec.rl.weight_sync)."""
+
+    method: Literal["memory", "disk"] = Field(
+        default="memory",
+        description="memory: bfloat16 buckets through Ray's object store, no filesystem; "
+        "disk: a servable HF directory under OUT/sync that every engine reloads (needs a "
+        "filesystem every node shares).",
+    )
+    bucket_mb: int = Field(
+        default=512, ge=1, description="Size of a weight bucket (memory method), MiB."
+    )
+    check_tokens: int = Field(
+        default=256,
+        ge=0,
+        description="Tokens of the post-sync probe (the start of one trained episode) that "
+        "each policy engine scores against the trainer after every update (0: no check).",
+    )
+    check_tolerance: float = Field(
+        default=0.1,
+        gt=0,
+        description="Largest mean |engine - trainer| log-probability on the probe before an "
+        "engine counts as stale and the run stops (bfloat16 engines sit within a few "
+        "hundredths of a float32 trainer).",
+    )
+
+
 class RLConfig(RolloutSettings):
     section: ClassVar[str] = "rl"
     required_flags: ClassVar[dict[str, str]] = {"tasks": "--tasks", "out": "--out"}
@@ -227,6 +254,7 @@ class RLConfig(RolloutSettings):
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     cotrain: CotrainSettings = Field(default_factory=CotrainSettings)
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    sync: SyncSettings = Field(default_factory=SyncSettings)
     concurrency: int = Field(default=8, ge=1, description="Episodes at once per rollout worker.")
     checkpoint_every: int = Field(default=5, ge=1, description="Checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk.")

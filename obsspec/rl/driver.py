@@ -11,7 +11,9 @@
                   to (or in the co-training warm-up); infrastructure failures are retried,
                   then their groups masked
         train     the policy's GRPO update and the world model's co-training, side by side
-        sync      both trainers save weights; every engine reloads them in place
+        sync      both trainers' weights into every engine in place (through Ray's object
+                  store, or a directory: [rl.sync]), then the policy engines checked
+                  against the trainer (obsspec.rl.weight_sync)
         record    one metrics row (metrics.jsonl, TensorBoard, W&B when asked for); a
                   checkpoint every N steps
     stop the roles (engines, containers) and Ray, whatever ended the run
@@ -43,6 +45,7 @@ from obsspec.rl.metrics import StepTimes, TensorBoard, step_row, too_long_warnin
 from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
+from obsspec.rl.weight_sync import EngineSync
 from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.plan import load_task_set
 from obsspec.rollout.ray_workers import actor_result, init_ray
@@ -216,6 +219,10 @@ class Loop:
                 "then rerun with --resume",
             )
         self.on_event(Phase(self.step, "train"))
+        syncer = EngineSync(
+            config.sync, self.run_dir.sync, lambda aw, role: self.call(ray, aw, role)
+        )
+        probe = await syncer.probe_before(roles, batch.episodes)
         rows = [t.to_dict() for t in batch.trajectories]
         updates = [roles.on_trainer("update", batch.episodes, index)]
         if roles.wm_trainer is not None:
@@ -225,11 +232,20 @@ class Loop:
         self.warn_too_long(wm_stats)
         trained = time.monotonic()
         self.on_event(Phase(self.step, "sync"))
-        await self.sync(ray, roles, policy_stats["trained_episodes"] > 0)
+        changed = policy_stats["trained_episodes"] > 0
+        self.version += changed  # one weight version per update applied
+        checked = await syncer.sync(
+            roles,
+            self.version,
+            policy_changed=changed,
+            world_model=True,
+            before=probe,
+            step=self.step,
+        )
         synced = time.monotonic()
         times = StepTimes(rolled - started, trained - rolled, synced - trained, synced - started)
         self.run_dir.write_episodes(self.step, self.episode_rows(played, index))
-        return step_row(
+        row = step_row(
             self.step,
             batch,
             policy_stats,
@@ -238,6 +254,7 @@ class Loop:
             speculate=speculate,
             weight_version=self.version,
         )
+        return row | {"sync_check_error": None, "sync_check_shift": None} | checked
 
     def warn_too_long(self, wm_stats: dict | None) -> None:
         """The first step that drops co-training examples says so (every row counts them)."""
@@ -288,22 +305,6 @@ class Loop:
         done = sum(p.done for p in progress)
         failed = sum(p.failed_attempts for p in progress)
         self.on_event(RolloutProgress(self.step, done, total, failed))
-
-    async def sync(self, ray, roles: Roles, policy_changed: bool) -> None:
-        loads = []
-        sync = self.run_dir.sync
-        if policy_changed:
-            path = await self.call(
-                ray, roles.on_trainer("save_weights", sync / "policy"), "the trainer"
-            )
-            self.version += 1
-            loads += [w.load_policy.remote(path, self.version) for w in roles.workers]
-        if roles.wm_trainer is not None:
-            path = await self.call(
-                ray, roles.wm_trainer.save_weights.remote(sync / "world_model"), "the co-trainer"
-            )
-            loads += [w.load_world_model.remote(path) for w in roles.workers]
-        await self.call(ray, asyncio.gather(*loads), "a worker")
 
     async def save_checkpoint(self, ray, roles: Roles) -> None:
         self.on_event(Phase(self.step, "checkpoint"))

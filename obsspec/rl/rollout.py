@@ -6,6 +6,7 @@ across steps.
     trajectories = await worker.rollout(episodes, speculate=True)
     await worker.load_policy(weights_dir, version)  # after every policy update
     await worker.load_world_model(weights_dir)      # after every world-model update
+    await worker.load_policy_buckets(refs, version) # the same from Ray's object store
     await worker.close()                            # engines stopped, containers removed
 
 Episodes are played by the same session collect and profile use (its retries, the
@@ -108,5 +109,25 @@ class RolloutWorker:
     async def load_world_model(self, weights: Path) -> None:
         await self.session.load_world_model(weights)
 
+    async def load_policy_buckets(self, refs: list, version: int) -> None:
+        """The policy's weights from Ray's object store (obsspec.rl.weight_sync), fetched a
+        bucket at a time while they load, so a worker never holds more than one."""
+        await self.session.load_policy_buckets(fetched(refs), version)
+
+    async def load_world_model_buckets(self, refs: list) -> None:
+        await self.session.load_world_model_buckets(fetched(refs))
+
+    async def score_policy(self, token_ids: list[int]) -> list[float | None]:
+        return await self.session.score_policy(token_ids)
+
     async def close(self) -> None:
         await self.session.aclose()
+
+
+def fetched(refs: list):
+    """Each object of `refs` in turn. Blocking is fine: the engine pauses generation while
+    weights load, so nothing else of this worker is waiting to run."""
+    import ray
+
+    for ref in refs:
+        yield ray.get(ref)

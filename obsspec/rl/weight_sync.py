@@ -1,9 +1,13 @@
 """The policy's new weights into every rollout engine after an update, and the check that
 the engines really serve them.
 
+    syncer = EngineSync(settings, sync_dir, call)        # the driver's, once per run
+    before = await syncer.probe_before(roles, episodes)  # ahead of the update
+    stats = await syncer.sync(roles, version, policy_changed=True, world_model=True,
+                              before=before, step=3)    # {"sync_check_error": ...}
+
     buckets = weight_buckets(state, bucket_bytes=512 << 20)  # [[(name, bf16 tensor), ...]]
     check = compare_logprobs(engine_scores, trainer_after, trainer_before)
-    check.raise_if_stale(tolerance, worker=0, step=3)
 
 Two ways in (`[rl.sync] method`):
 - memory (default): the trainer's rank 0 gathers the full weights (every rank takes part),
@@ -25,9 +29,11 @@ tolerance cannot be seen this way; repeated, it grows until it can.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from obsspec.errors import ObsspecError
 
@@ -134,3 +140,99 @@ def probe_logprobs(trainer, ids: Sequence[int]) -> list[float]:
     probe = PolicyEpisode(list(ids), [0] + [1] * (n - 1), [None] * n, 0.0)
     values = trainer.logprobs(trainer.net, [probe])[0]
     return [math.nan, *values.tolist()]
+
+
+def put_buckets(state: Mapping, *, bucket_mb: int, skip: Sequence[str] = ()) -> list:
+    """The weights' buckets in Ray's object store (in the calling actor's process, which owns
+    them): their references, in order."""
+    import ray
+
+    return [ray.put(b) for b in weight_buckets(state, bucket_bytes=bucket_mb << 20, skip=skip)]
+
+
+@dataclass(frozen=True)
+class Probe:
+    ids: list[int]
+    before: list[float]  # the trainer's log-probabilities before the update
+
+
+Call = Callable[[Awaitable, str], Awaitable]  # awaits a role's call; failures named by role
+
+
+class EngineSync:
+    """The driver's side of the sync: which way the weights go, then the check."""
+
+    def __init__(self, settings, sync_dir: Path, call: Call) -> None:
+        self.settings = settings  # obsspec.rl.config.SyncSettings
+        self.sync_dir = sync_dir  # for the disk method
+        self.call = call
+
+    async def probe_before(self, roles, episodes: Sequence) -> Probe | None:
+        """The first tokens of the step's first trained episode, scored by the trainer as it
+        is now (before the update); None when the check is off or nothing trains."""
+        n = self.settings.check_tokens
+        trained = [e for e in episodes if any(e.mask)]
+        if n == 0 or not trained:
+            return None
+        ids = list(trained[0].ids[:n])
+        before = await self.call(roles.on_trainer("probe_logprobs", ids), "the trainer")
+        return Probe(ids, before)
+
+    async def sync(
+        self,
+        roles,
+        version: int,
+        *,
+        policy_changed: bool,
+        world_model: bool,
+        before: Probe | None,
+        step: int,
+    ) -> dict:
+        """Every engine loads the trainers' new weights; then the policy engines are checked
+        against the trainer (a stale one raises StaleWeightsError)."""
+        loads = []
+        if policy_changed:
+            loads += await self.policy_loads(roles, version)
+        if world_model and roles.wm_trainer is not None:
+            loads += await self.world_model_loads(roles)
+        await self.call(asyncio.gather(*loads), "a worker")
+        if not (policy_changed and before is not None):
+            return {}
+        return await self.check(roles, before, step)
+
+    async def policy_loads(self, roles, version: int) -> list:
+        if self.settings.method == "memory":
+            refs = await self.call(
+                roles.on_trainer("weight_refs", self.settings.bucket_mb), "the trainer"
+            )
+            return [w.load_policy_buckets.remote(refs, version) for w in roles.workers]
+        path = await self.call(
+            roles.on_trainer("save_weights", self.sync_dir / "policy"), "the trainer"
+        )
+        return [w.load_policy.remote(path, version) for w in roles.workers]
+
+    async def world_model_loads(self, roles) -> list:
+        trainer = roles.wm_trainer
+        if self.settings.method == "memory":
+            refs = await self.call(
+                trainer.weight_refs.remote(self.settings.bucket_mb), "the co-trainer"
+            )
+            return [w.load_world_model_buckets.remote(refs) for w in roles.workers]
+        path = await self.call(
+            trainer.save_weights.remote(self.sync_dir / "world_model"), "the co-trainer"
+        )
+        return [w.load_world_model.remote(path) for w in roles.workers]
+
+    async def check(self, roles, probe: Probe, step: int) -> dict:
+        after = await self.call(roles.on_trainer("probe_logprobs", probe.ids), "the trainer")
+        scores = await self.call(
+            asyncio.gather(*(w.score_policy.remote(probe.ids) for w in roles.workers)),
+            "a worker",
+        )
+        checks = [compare_logprobs(s, after, probe.before) for s in scores]
+        for worker, check in enumerate(checks):
+            check.raise_if_stale(self.settings.check_tolerance, worker=worker, step=step)
+        return {
+            "sync_check_error": max(c.error for c in checks),
+            "sync_check_shift": checks[0].shift,
+        }

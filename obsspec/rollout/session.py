@@ -265,11 +265,31 @@ class RolloutSession:
     async def load_policy(self, weights: Path, version: int) -> None:
         """The policy's engine reloads its weights in place; replies from now on carry
         `version`, and a speculative reply begun under another version is not kept."""
+        await self._policy_engine().load_weights(weights, version)
+        self.weight_version = version
+
+    async def load_policy_buckets(self, buckets: Iterable, version: int) -> None:
+        """As load_policy, from weights in memory: buckets of (name, tensor) pairs, loaded as
+        one in-place reload (obsspec.rl.weight_sync makes them)."""
+        await self._policy_engine().load_weight_buckets(buckets, version)
+        self.weight_version = version
+
+    async def score_policy(self, token_ids: list[int]) -> list[float | None]:
+        """The policy engine's log-probability of each token after its prefix (None first)."""
+        return await self._policy_engine().score(token_ids)
+
+    async def load_world_model_buckets(self, buckets: Iterable) -> None:
+        """As load_world_model, from weights in memory."""
+        if self._wm_engine is None:
+            raise ConfigError("this session has no world model (speculation.world_model)")
+        await self._wm_engine.load_weight_buckets(buckets, self.wm_version + 1)
+        self.wm_version += 1
+
+    def _policy_engine(self):
         engine = self._opened_policy().engine
         if engine is None:
             raise ConfigError("the oracle policy has no weights to load")
-        await engine.load_weights(weights, version)
-        self.weight_version = version
+        return engine
 
     async def load_world_model(self, weights: Path) -> None:
         """The world model's engine reloads its weights in place (the next version)."""
