@@ -12,25 +12,17 @@ from pathlib import Path
 GIB = 1 << 30
 
 
-TINY = {  # --tiny: the same stages in seconds on CPUs (head_dim 64: vLLM's CPU attention has it)
-    "policy": {
-        "hidden": 128,
-        "layers": 2,
-        "intermediate": 256,
-        "heads": 2,
-        "kv_heads": 1,
-        "head_dim": 64,
-        "tied": False,
-    },
-    "world_model": {
-        "hidden": 128,
-        "layers": 2,
-        "intermediate": 256,
-        "heads": 2,
-        "kv_heads": 1,
-        "head_dim": 64,
-        "tied": True,
-    },
+TINY_SHAPE = {  # head_dim 64: a size vLLM's CPU attention has
+    "hidden": 128,
+    "layers": 2,
+    "intermediate": 256,
+    "heads": 2,
+    "kv_heads": 1,
+    "head_dim": 64,
+}
+TINY = {  # --tiny: the same stages in seconds on CPUs
+    "policy": {**TINY_SHAPE, "tied": False},
+    "world_model": {**TINY_SHAPE, "tied": True},
 }
 
 

@@ -200,10 +200,6 @@ class MemoryPlan:
         }
 
 
-def setting(obj, name: str, default=None):
-    return getattr(obj, name, default)
-
-
 def engine_memory(
     role: str,
     shape: ModelShape,
@@ -252,41 +248,30 @@ def plan_memory(
     notes: list[str] = []
     if p.gpus_requested == 0:
         return MemoryPlan([], ["no GPUs asked for: every role runs on the CPUs"])
-    policy_tp = setting(engine, "tensor_parallel_size", 1) or 1
-    wm_tp = setting(spec, "wm_tensor_parallel_size", 1) or 1
+    engines = [  # (name, shape, tensor-parallel GPUs, fixed cache, GPU share)
+        ("policy", policy, engine.tensor_parallel_size, engine.kv_cache_gb,
+         engine.gpu_memory_utilization),
+        ("world-model", wm, spec.wm_tensor_parallel_size, spec.wm_kv_cache_gb,
+         spec.wm_gpu_memory_utilization),
+    ]  # fmt: skip
     per_worker = max(1, int(p.rollout_gpus))
     if p.rollout_gpus and p.rollout_gpus < 1:
         notes.append(f"rollout_gpus {p.rollout_gpus:g}: workers share GPUs (not planned here)")
     for worker in range(p.rollout_workers if p.rollout_gpus >= 1 else 0):
-        first = len(gpus)
-        worker_gpus = [GpuPlan(first + i, capacity) for i in range(per_worker)]
+        worker_gpus = [GpuPlan(len(gpus) + i, capacity) for i in range(per_worker)]
         for i, gpu in enumerate(worker_gpus):
-            if i < policy_tp:
-                gpu.roles.append(
-                    engine_memory(
-                        f"rollout-{worker} policy engine",
-                        policy,
-                        tp=policy_tp,
-                        kv_cache_gb=engine.kv_cache_gb,
-                        utilization=setting(engine, "gpu_memory_utilization"),
-                        gpu_bytes=capacity,
-                    )
+            gpu.roles += [
+                engine_memory(
+                    f"rollout-{worker} {name} engine", shape, tp=tp, kv_cache_gb=kv,
+                    utilization=share, gpu_bytes=capacity,
                 )
-            if i < wm_tp:
-                gpu.roles.append(
-                    engine_memory(
-                        f"rollout-{worker} world-model engine",
-                        wm,
-                        tp=wm_tp,
-                        kv_cache_gb=spec.wm_kv_cache_gb,
-                        utilization=setting(spec, "wm_gpu_memory_utilization"),
-                        gpu_bytes=capacity,
-                    )
-                )
+                for name, shape, tp, kv, share in engines
+                if i < tp
+            ]  # fmt: skip
         gpus += worker_gpus
     ranks = p.policy_ranks
-    batch = setting(grpo, "batch_tokens") or config.engine.max_model_len
-    checkpointing = bool(setting(grpo, "activation_checkpointing", False))
+    batch = grpo.batch_tokens or config.engine.max_model_len
+    checkpointing = grpo.activation_checkpointing
     for rank in range(ranks if p.trainer_gpus else 0):
         gpu = GpuPlan(len(gpus), capacity)
         gpu.roles.append(
@@ -301,8 +286,8 @@ def plan_memory(
         gpus.append(gpu)
     if p.wm_trainer_gpus and config.cotrain.enabled:
         gpu = GpuPlan(len(gpus), capacity)
-        wm_batch = setting(config.cotrain, "batch_tokens") or config.engine.max_model_len
-        wm_checkpointing = bool(setting(config.cotrain, "activation_checkpointing", False))
+        wm_batch = config.cotrain.batch_tokens or config.engine.max_model_len
+        wm_checkpointing = config.cotrain.activation_checkpointing
         gpu.roles.append(
             trainer_memory(
                 "world-model co-trainer",
@@ -313,8 +298,8 @@ def plan_memory(
             )
         )
         gpus.append(gpu)
-    shapes = {"policy": policy, "world-model": wm}
-    notes += kv_notes(config, gpus, shapes, {"policy": policy_tp, "world-model": wm_tp})
+    shapes = {name: shape for name, shape, *_ in engines}
+    notes += kv_notes(config, gpus, shapes, {name: tp for name, _, tp, *_ in engines})
     return MemoryPlan(gpus, notes)
 
 
