@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from obsspec.cli import env_tasks
+from obsspec.cli import env_determinism, env_tasks
 from obsspec.cli.common import (
     ConfigOption,
     JsonOption,
@@ -25,6 +25,7 @@ app = typer.Typer(help="Sandboxes, images and tasks.", no_args_is_help=True)
 app.command("generate")(env_tasks.generate)
 app.command("validate")(env_tasks.validate)
 app.command("shell")(env_tasks.shell)
+app.command("determinism")(env_determinism.determinism)
 
 
 class BuildSource(StrEnum):
