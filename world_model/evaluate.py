@@ -17,6 +17,12 @@ All rates are pooled over turns (sums of counts, never means of per-task ratios)
                         (obsspec.speculation.totals)
     exact_match_rate    the same figure under its older name, kept for existing readers
     cascade_match_rate  the cascade's answer (cache, rules or world model) over every turn
+    near_miss_rate      the world model's own answer not exact but within a tenth of the
+                        observation by edit distance (obsspec.speculation.near_miss: timings,
+                        pids, dates no model can know), over every turn; a near miss is still
+                        a miss in match_rate_wm. `near_miss_examples` shows the first few:
+                        task, command and the first line where prediction and observation
+                        differ.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from obsspec.errors import ContextLengthError
+from obsspec.speculation.near_miss import first_difference, is_near_miss
 from obsspec.speculation.predictor import WORLD_MODEL, Prediction, SpeculationContext
 from obsspec.world_model.cascade import default_cascade
 from obsspec.world_model.config import EvalSettings
@@ -36,6 +43,7 @@ from obsspec.world_model.lm import LMPredictor
 
 LENGTH_BUCKETS = [(1, 8), (9, 32), (33, 128), (129, None)]  # observation tokens
 NO_ANSWER = "none"
+NEAR_MISS_EXAMPLES = 5  # how many near misses the report shows
 
 
 class Recorded:
@@ -125,6 +133,11 @@ class Scored:
         return self.lm is not None and self.lm.text == self.example.observation
 
     @property
+    def lm_near_miss(self) -> bool:
+        """The world model's own answer was right but for a few characters (still a miss)."""
+        return self.lm is not None and is_near_miss(self.lm.text, self.example.observation)
+
+    @property
     def cascade_hit(self) -> bool:
         return self.chosen is not None and self.chosen.text == self.example.observation
 
@@ -154,6 +167,7 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
             }
             for name, group in sorted(sources.items())
         },
+        "near_miss_examples": near_miss_examples(scored),
         "by_family": {name: match_rates(group) for name, group in sorted(families.items())},
         "by_length": {name: match_rates(group) for name, group in sorted(lengths.items())},
         "pred_ms_p50": ms(percentile(latencies, 50)),
@@ -181,7 +195,27 @@ def match_rates(turns: list[Scored]) -> dict:
         "match_rate_wm": rate(sum(t.lm_hit for t in turns), len(turns)),
         "exact_match_rate": rate(sum(t.lm_hit for t in turns), len(turns)),  # = match_rate_wm
         "cascade_match_rate": rate(sum(t.cascade_hit for t in turns), len(turns)),
+        "near_miss_rate": rate(sum(t.lm_near_miss for t in turns), len(turns)),
     }
+
+
+def near_miss_examples(turns: list[Scored]) -> list[dict]:
+    """The first few near misses, so a reader sees what differed."""
+    shown = []
+    for turn in turns:
+        if len(shown) == NEAR_MISS_EXAMPLES:
+            break
+        if turn.lm_near_miss:
+            predicted, observed = first_difference(turn.lm.text, turn.example.observation)
+            shown.append(
+                {
+                    "task": turn.example.task_id,
+                    "command": turn.example.command,
+                    "observation_line": observed,
+                    "prediction_line": predicted,
+                }
+            )
+    return shown
 
 
 def speed_ratio(turn: Scored) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.world_model.config import EvalSettings
-from obsspec.world_model.evaluate import Scored, replay_cascade, summarise
+from obsspec.world_model.evaluate import Scored, replay_cascade, report_keys, summarise
 from obsspec.world_model.examples import Example
 
 SILENT = "(no output)\n[exit code: 0]"
@@ -46,3 +46,36 @@ def test_turns_longer_than_the_answers_may_be_are_counted():
     assert summarise(scored, EvalSettings(), max_tokens=2)["over_max_tokens"] == 0
     cut = summarise(scored, EvalSettings(), max_tokens=1)  # each target is 2 tokens
     assert (cut["max_tokens"], cut["over_max_tokens"]) == (1, 2)
+
+
+def test_near_misses_are_counted_apart_and_shown():
+    timed = "built 3 targets\nreal\t0m0.013s\n" + "ok\n" * 60 + "[exit code: 0]"
+    examples = [
+        example(1, "make", timed),  # the world model got all but the timing
+        example(2, "ls", "a\n[exit code: 0]"),  # exact: a hit, not a near miss
+        example(3, "cat f", "b\n[exit code: 0]"),  # a different output: a plain miss
+        example(4, "cat g", timed),  # cut off: no answer
+    ]
+    answers = [
+        Prediction(timed.replace("0.013s", "0.021s"), "lm", 0.9, latency_s=0.1),
+        Prediction("a\n[exit code: 0]", "lm", 0.9, latency_s=0.1),
+        Prediction("no such file\n[exit code: 1]", "lm", 0.9, latency_s=0.1),
+        None,
+    ]
+    # the cascade chose the exact answer for the timed turn: the near miss is the world model's
+    cascade = [Prediction(timed, "cache", 1.0), *answers[1:]]
+    scored = [Scored(*turn) for turn in zip(examples, answers, cascade, strict=True)]
+    report = summarise(scored, EvalSettings(), max_tokens=100)
+    assert report["match_rate_wm"] == pytest.approx(1 / 4)  # a near miss never matches
+    assert report["near_miss_rate"] == pytest.approx(1 / 4)  # over every turn
+    assert report["by_family"]["t"]["near_miss_rate"] == pytest.approx(1 / 4)
+    assert sum(g["near_miss_rate"] * g["turns"] for g in report["by_length"].values()) == 1
+    assert report["near_miss_examples"] == [
+        {
+            "task": "t-000",
+            "command": "make",
+            "observation_line": "real\t0m0.013s",
+            "prediction_line": "real\t0m0.021s",
+        }
+    ]
+    assert {"near_miss_rate", "near_miss_examples"} <= report_keys()
