@@ -42,6 +42,9 @@ class SpeculationRecord:
     wm_guesses: int = 0  # its distinct guesses (at most the breadth)
     wm_matched: bool = False  # its first guess (the greedy one) equalled the real observation
     wm_matched_any: bool = False  # any of its guesses did
+    # its first guess was not exact but within a tenth of the text by edit distance: a miss
+    # on what no model could know, a timing or a hash (obsspec.speculation.near_miss)
+    wm_near_miss: bool = False
     # The kept reply was still queued (no token yet) when its guess matched: it was aborted and
     # submitted again at real-work priority (same context and seed: the same reply).
     resubmitted: bool = False

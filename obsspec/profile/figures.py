@@ -173,6 +173,7 @@ def profile_figures(episodes: Sequence[ArmEpisodes]) -> dict:
         "oracle_fraction_ci95": _round_all(bootstrap(oracle_fraction, episodes)),
         "match_rate_wm": spec["match_rate_wm"],
         "match_rate_wm_any": spec["match_rate_wm_any"],
+        "near_miss_rate": spec["near_miss_rate"],
         "match_rate_attempted": spec["match_rate_attempted"],
         "match_rate_used": spec["match_rate_used"],
         "exec_won_rate": spec["exec_won_rate"],

@@ -86,6 +86,7 @@ def match_rates(totals: SpeculationTotals, speculate: bool) -> dict:
 
     return {
         "spec_match_rate_wm": rate(totals.wm_matched, totals.wm_asked),
+        "spec_near_miss_rate": rate(totals.wm_near_miss, totals.wm_asked),
         "spec_match_rate_attempted": rate(totals.matched, totals.attempted),
         "spec_match_rate_used": rate(totals.matched, totals.used),
         "spec_wm_asked": totals.wm_asked,
@@ -114,6 +115,7 @@ def step_row(
         "spec_match_rate": rates["spec_match_rate_attempted"],
         # the three match rates side by side (spec_match_rate = spec_match_rate_attempted)
         "spec_match_rate_wm": rates["spec_match_rate_wm"],
+        "spec_near_miss_rate": rates["spec_near_miss_rate"],  # never a match: shown apart
         "spec_match_rate_attempted": rates["spec_match_rate_attempted"],
         "spec_match_rate_used": rates["spec_match_rate_used"],
         "tokens_wasted": totals.tokens_wasted,

@@ -55,6 +55,7 @@ METRIC_KEYS = (
     "success_rate",
     "spec_match_rate",
     "spec_match_rate_wm",
+    "spec_near_miss_rate",
     "spec_match_rate_attempted",
     "spec_match_rate_used",
     "tokens_wasted",

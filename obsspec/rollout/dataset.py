@@ -49,6 +49,7 @@ SPECULATION = pa.struct(
         ("wm_guesses", pa.int32()),
         ("wm_matched", pa.bool_()),
         ("wm_matched_any", pa.bool_()),
+        ("wm_near_miss", pa.bool_()),
         ("resubmitted", pa.bool_()),
     ]
 )

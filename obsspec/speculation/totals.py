@@ -14,6 +14,9 @@ questions (every report uses these names with these meanings):
                                                           (the paper's "66.4% of attempts")
     match_rate_wm_any    = wm_matched_any / wm_asked      the same, any of its guesses (differs
                                                           from match_rate_wm only at breadth > 1)
+    near_miss_rate       = wm_near_miss / wm_asked        its first guess not exact but within a
+                                                          tenth by edit distance (a timing, a
+                                                          hash): never a match, shown apart
     match_rate_attempted = matched / attempted            the cascade as used: a guess from
                                                           any source (cache, rules, world model),
                                                           any of the breadth, over every
@@ -60,6 +63,7 @@ class SpeculationTotals:
     wm_guesses: int = 0  # its distinct guesses
     wm_matched: int = 0  # its first guess was exact
     wm_matched_any: int = 0  # one of its guesses was exact
+    wm_near_miss: int = 0  # its first guess was not exact but near (obsspec.speculation.near_miss)
     resubmitted: int = 0  # kept replies resubmitted at priority 0 (still queued when promoted)
 
     def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
@@ -93,6 +97,7 @@ class SpeculationTotals:
         self.wm_guesses += r.get("wm_guesses") or 0
         self.wm_matched += bool(r.get("wm_matched"))
         self.wm_matched_any += bool(r.get("wm_matched_any"))
+        self.wm_near_miss += bool(r.get("wm_near_miss"))
         self.predict_s += predict_s
         self.resubmitted += bool(r.get("resubmitted"))
 
@@ -144,6 +149,7 @@ class SpeculationTotals:
         return {
             "match_rate_wm": pooled_rate(self.wm_matched, self.wm_asked),
             "match_rate_wm_any": pooled_rate(self.wm_matched_any, self.wm_asked),
+            "near_miss_rate": pooled_rate(self.wm_near_miss, self.wm_asked),
             "match_rate_attempted": pooled_rate(self.matched, self.attempted),
             "match_rate_used": pooled_rate(self.matched, self.used),
         }

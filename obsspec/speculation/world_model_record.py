@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from obsspec.speculation.near_miss import is_near_miss
 from obsspec.speculation.node import distinct_guesses
 from obsspec.speculation.predictor import WORLD_MODEL, Prediction, offered_by
 from obsspec.trajectory import SpeculationRecord
@@ -36,7 +37,8 @@ def note_world_model(
 def score_world_model(
     record: SpeculationRecord, guesses: list[str], real: str, match: Callable[[str, str], bool]
 ) -> None:
-    """Its first guess (the paper's figure), and any of them."""
+    """Its first guess (the paper's figure), any of them, and whether the first was near."""
     hits = [match(guess, real) for guess in guesses]
     record.wm_matched = bool(hits) and hits[0]
     record.wm_matched_any = any(hits)
+    record.wm_near_miss = bool(hits) and not hits[0] and is_near_miss(guesses[0], real)

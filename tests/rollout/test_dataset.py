@@ -126,7 +126,7 @@ def test_shards_written_before_the_reward_columns_still_read(tmp_path):
     assert datasets.load_dataset("parquet", data_files=old_only, split="train")[0]["reward"] == 1.0
 
 
-WM_FIELDS = ("wm_asked", "wm_guesses", "wm_matched", "wm_matched_any")
+WM_FIELDS = ("wm_asked", "wm_guesses", "wm_matched", "wm_matched_any", "wm_near_miss")
 
 
 def test_the_world_model_fields_round_trip_and_old_shards_read_as_zero(tmp_path):
@@ -139,7 +139,7 @@ def test_the_world_model_fields_round_trip_and_old_shards_read_as_zero(tmp_path)
     scored = trajectory(speculated=True)
     scored.turns[0].speculation = SpeculationRecord(
         attempted=True, source="lm", predictions=2, matched=True, wm_asked=True, wm_guesses=2,
-        wm_matched=False, wm_matched_any=True,
+        wm_matched=False, wm_matched_any=True, wm_near_miss=True,
     )  # fmt: skip
     (tmp_path / "data").mkdir()
     writer = ShardWriter(tmp_path / "data", "shard-new", shard_episodes=1)
@@ -162,10 +162,12 @@ def test_the_world_model_fields_round_trip_and_old_shards_read_as_zero(tmp_path)
     rows = {r["task_id"]: r for r in read_rows(tmp_path)}
     stored = rows["t1"]["turns"][0]["speculation"]
     assert {k: stored[k] for k in WM_FIELDS} == {
-        "wm_asked": True, "wm_guesses": 2, "wm_matched": False, "wm_matched_any": True
+        "wm_asked": True, "wm_guesses": 2, "wm_matched": False, "wm_matched_any": True,
+        "wm_near_miss": True,
     }  # fmt: skip
     new, legacy = SpeculationTotals.of_row(rows["t1"]), SpeculationTotals.of_row(rows["old"])
     assert new.summary()["match_rate_wm"] == 0.0 and new.summary()["match_rate_wm_any"] == 1.0
+    assert new.summary()["near_miss_rate"] == 1.0
     assert "wm_asked" not in rows["old"]["turns"][0]["speculation"]
     assert (legacy.wm_asked, legacy.wm_matched, legacy.summary()["match_rate_wm"]) == (0, 0, None)
     assert legacy.summary()["match_rate_attempted"] == 1.0  # the old figures are intact

@@ -74,3 +74,24 @@ def test_totals_add_up_across_episodes():
         second.add(record)
     both = first + second
     assert both.summary() == totals().summary()
+
+
+def test_a_near_miss_is_counted_apart_and_never_as_a_match():
+    from obsspec.speculation.world_model_record import score_world_model
+
+    real = "Ran 6 tests in 1.717s\n\nOK\n[exit code 0]"
+    near, exact, far = SpeculationRecord(), SpeculationRecord(), SpeculationRecord()
+    equal = str.__eq__
+    score_world_model(near, [real.replace("1.717", "1.882")], real, equal)
+    score_world_model(exact, [real], real, equal)
+    score_world_model(far, ["bash: pytest: command not found\n[exit code 127]"], real, equal)
+    assert (near.wm_matched, near.wm_near_miss) == (False, True)
+    assert (exact.wm_matched, exact.wm_near_miss) == (True, False)
+    assert (far.wm_matched, far.wm_near_miss) == (False, False)
+    run = SpeculationTotals()
+    for record in (near, exact, far):
+        record.wm_asked = True
+        run.add(record)
+    rates = run.summary()
+    assert rates["near_miss_rate"] == pytest.approx(1 / 3, abs=1e-4)  # rates are rounded
+    assert rates["match_rate_wm"] == pytest.approx(1 / 3, abs=1e-4)
