@@ -32,7 +32,7 @@ from obsspec.environments.sandbox import DockerSandbox, NetworkPolicy, with_netw
 from obsspec.environments.tasks.images import TaskImages
 from obsspec.environments.tasks.model import Task
 from obsspec.errors import ObsspecError
-from obsspec.types import render_observation
+from obsspec.types import first_differing_line, render_observation
 
 EXTERNAL_FAMILY = "external"  # tasks without a built-in family (Harbor, Terminal-Bench)
 DEFAULT_COMMAND_TIMEOUT_S = 120.0
@@ -84,20 +84,6 @@ class TaskDeterminism:
 
     def differences(self) -> list[Difference]:
         return compare_runs(self.task, self.family, self.commands, self.runs) if self.ran else []
-
-
-def first_differing_line(a: str, b: str) -> tuple[int, str, str] | None:
-    """(line number from 1, line of a, line of b) where two texts first differ; a missing
-    line is "". None when they are equal."""
-    if a == b:
-        return None
-    lines_a, lines_b = a.split("\n"), b.split("\n")
-    for number in range(max(len(lines_a), len(lines_b))):
-        line_a = lines_a[number] if number < len(lines_a) else ""
-        line_b = lines_b[number] if number < len(lines_b) else ""
-        if line_a != line_b or number >= min(len(lines_a), len(lines_b)):
-            return number + 1, line_a, line_b
-    raise AssertionError("unequal texts with equal lines")  # split is lossless: unreachable
 
 
 def compare_runs(

@@ -89,3 +89,17 @@ def render_observation(result: ExecResult, max_chars: int = DEFAULT_MAX_CHARS) -
     body = "\n".join(p for p in parts if p)
     body = truncate_middle(body, max_chars) if body else NO_OUTPUT
     return f"{body}\n{status_line(result)}"
+
+
+def first_differing_line(a: str, b: str) -> tuple[int, str, str] | None:
+    """(line number from 1, line of a, line of b) where two texts (observations, a prediction
+    and its observation) first differ; a missing line is "". None when they are equal."""
+    if a == b:
+        return None
+    lines_a, lines_b = a.split("\n"), b.split("\n")
+    for number in range(max(len(lines_a), len(lines_b))):
+        line_a = lines_a[number] if number < len(lines_a) else ""
+        line_b = lines_b[number] if number < len(lines_b) else ""
+        if line_a != line_b or number >= min(len(lines_a), len(lines_b)):
+            return number + 1, line_a, line_b
+    raise AssertionError("unequal texts with equal lines")  # split is lossless: unreachable

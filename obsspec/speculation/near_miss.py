@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from obsspec.types import first_differing_line
+
 NEAR_MISS_THRESHOLD = 0.1  # edit distance / length of the longer text
 
 
@@ -114,11 +116,6 @@ def bit_parallel_within(a: str, b: str, limit: int) -> int | None:
 
 def first_difference(prediction: str, observation: str) -> tuple[str, str]:
     """The first line where the two texts differ: (prediction's, observation's); "" for a
-    line one of them lacks."""
-    predicted, observed = prediction.split("\n"), observation.split("\n")
-    for index in range(max(len(predicted), len(observed))):
-        left = predicted[index] if index < len(predicted) else ""
-        right = observed[index] if index < len(observed) else ""
-        if left != right:
-            return left, right
-    return "", ""
+    line one of them lacks (obsspec.types.first_differing_line, without the line number)."""
+    found = first_differing_line(prediction, observation)
+    return ("", "") if found is None else found[1:]
