@@ -190,23 +190,34 @@ def with_tied_output(buckets: Iterable[Bucket], names: CheckpointNames) -> Itera
         yield bucket
 
 
-def directory_buckets(checkpoint: Path, bucket_bytes: int = 512 << 20) -> Iterator[Bucket]:
-    """An HF directory's safetensors as buckets, read a tensor at a time."""
-    from safetensors import safe_open
-
+def bucketed(tensors: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> Iterator[Bucket]:
+    """(name, tensor) pairs, in order, in lists of at most about bucket_bytes (a tensor larger
+    than that is a bucket alone): what a load sends at once."""
     bucket: Bucket = []
     size = 0
+    for name, tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def directory_buckets(checkpoint: Path, bucket_bytes: int = 512 << 20) -> Iterator[Bucket]:
+    """An HF directory's safetensors as buckets, read a tensor at a time."""
+    return bucketed(directory_tensors(checkpoint), bucket_bytes)
+
+
+def directory_tensors(checkpoint: Path) -> Iterator[tuple[str, Tensor]]:
+    from safetensors import safe_open
+
     for file in sorted(checkpoint.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                tensor = f.get_tensor(name)
-                if bucket and size + tensor.nbytes > bucket_bytes:
-                    yield bucket
-                    bucket, size = [], 0
-                bucket.append((name, tensor))
-                size += tensor.nbytes
-    if bucket:
-        yield bucket
+                yield name, f.get_tensor(name)
 
 
 async def reload_from_directory(llm, checkpoint: Path, names: CheckpointNames) -> None:

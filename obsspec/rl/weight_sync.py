@@ -46,24 +46,18 @@ def weight_buckets(
     state: Mapping, *, bucket_bytes: int, dtype=None, skip: Sequence[str] = ()
 ) -> Iterator[list[tuple]]:
     """(name, tensor) pairs in `dtype` (default bfloat16), in order, in lists of at most
-    about bucket_bytes (a tensor larger than that is a bucket alone)."""
+    about bucket_bytes (a tensor larger than that is a bucket alone), cast as they go."""
     import torch
 
+    from obsspec.inference.weight_loading import bucketed
+
     dtype = dtype or torch.bfloat16
-    bucket: list[tuple] = []
-    size = 0
-    for name, tensor in state.items():
-        if name in skip:
-            continue
-        cast = tensor.detach().to(dtype=dtype).contiguous()
-        nbytes = cast.numel() * cast.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, cast))
-        size += nbytes
-    if bucket:
-        yield bucket
+    cast = (
+        (name, tensor.detach().to(dtype=dtype).contiguous())
+        for name, tensor in state.items()
+        if name not in skip
+    )
+    return bucketed(cast, bucket_bytes)
 
 
 def tied_duplicates(config) -> tuple[str, ...]:
