@@ -222,7 +222,7 @@ async def train_and_sync(args, check: Check, dirs, engines, played, vocab: int) 
             entry.update(
                 trained_tokens=stats["trained_tokens"],
                 step_s=round(stats["policy_train_seconds"], 2),
-                peak_memory_gib=peak_gib() and round(peak_gib(), 2),
+                peak_memory_gib=peak_gib(),
             )
     with check.stage("sync", "grpo", "engines") as entry:
         if entry is not None:
@@ -255,7 +255,7 @@ async def train_and_sync(args, check: Check, dirs, engines, played, vocab: int) 
             entry.update(
                 examples=stats["wm_examples_used"],
                 step_s=round(stats["wm_seconds"], 2),
-                peak_memory_gib=peak_gib() and round(peak_gib(), 2),
+                peak_memory_gib=peak_gib(),
             )
 
 

@@ -54,9 +54,12 @@ def gpu_used_gib() -> float | None:
 
 
 def peak_gib() -> float | None:
+    """This process's peak GPU memory since the last reset, GiB to 2 places (None on CPU)."""
     import torch
 
-    return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / GIB, 2)
 
 
 def fitted_layers(shape, budget_gib: float, batch_tokens: int) -> int:
