@@ -159,11 +159,9 @@ class PolicyTrainerActor(OnANode):
 
     def weight_refs(self, bucket_mb: int) -> list:
         """The weights in bf16 buckets in Ray's object store (rank 0's; every rank calls)."""
-        from obsspec.rl import weight_sync
+        from obsspec.rl.weight_sync import trainer_buckets
 
-        state = weight_sync.trainer_weights(self.trainer)
-        skip = weight_sync.tied_duplicates(self.trainer.model.config)
-        return weight_sync.put_buckets(state, bucket_mb=bucket_mb, skip=skip) if state else []
+        return trainer_buckets(self.trainer, bucket_mb)
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         from obsspec.rl.weight_sync import probe_logprobs
@@ -191,11 +189,9 @@ class CoTrainerActor(OnANode):
         return self.trainer.save_weights(out)
 
     def weight_refs(self, bucket_mb: int) -> list:
-        from obsspec.rl import weight_sync
+        from obsspec.rl.weight_sync import trainer_buckets
 
-        model = self.trainer.model
-        skip = weight_sync.tied_duplicates(model.config)
-        return weight_sync.put_buckets(model.state_dict(), bucket_mb=bucket_mb, skip=skip)
+        return trainer_buckets(self.trainer, bucket_mb)
 
     def save(self, folder: Path) -> None:
         self.trainer.save(folder)

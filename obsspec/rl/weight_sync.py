@@ -116,13 +116,17 @@ def compare_logprobs(
 
 
 def trainer_weights(trainer) -> dict:
-    """The policy trainer's full weights by HF name (every rank calls; sharded, only rank 0
-    gets them, the others an empty dict)."""
-    from obsspec.train import sharding
+    """A trainer's (the policy's or the co-trainer's) full weights by HF name (every rank
+    calls; sharded, only rank 0 gets them, the others an empty dict)."""
+    return trainer.core.full_weights()
 
-    if sharding.sharded():
-        return sharding.full_model_state(trainer.net, "model.")
-    return dict(trainer.model.state_dict())
+
+def trainer_buckets(trainer, bucket_mb: int) -> list:
+    """A trainer's weights in bf16 buckets in Ray's object store, the tied output layer left
+    to the engine's loader; [] on ranks other than 0."""
+    state = trainer_weights(trainer)
+    skip = tied_duplicates(trainer.model.config)
+    return put_buckets(state, bucket_mb=bucket_mb, skip=skip) if state else []
 
 
 def probe_logprobs(trainer, ids: Sequence[int]) -> list[float]:

@@ -156,11 +156,18 @@ class TrainerCore:
             "python_rng": random.getstate(),
         }
 
+    def full_weights(self) -> dict[str, Any]:
+        """The whole weights by HF name: gathered from the shards when sharded (every rank
+        calls; ranks other than 0 get an empty dict), else the model's own."""
+        if self.root is not None and sharding.sharded():
+            return sharding.full_model_state(self.root, self.prefix)
+        return dict(self.model.state_dict())
+
     def save_weights(self, out: Path) -> Path:
         """The weights as a servable HF directory in serve_dtype, with the tokenizer (or a
         LoRA adapter) at `out`, whole or not at all; every rank calls, rank 0 writes."""
         gather = self.root is not None and sharding.sharded()
-        state = sharding.full_model_state(self.root, self.prefix) if gather else None
+        state = self.full_weights() if gather else None  # else the model's own, as saved
         if self.ranks.main:
             save_hf_weights(
                 self.model, out, state, dtype=self.serve_dtype, tokenizer=self.tokenizer
