@@ -44,6 +44,15 @@ def determinism(
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, help="Tasks played at once.")] = 1,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per command.")] = 120.0,
+    deterministic: Annotated[
+        bool | None,
+        typer.Option(
+            "--deterministic/--no-deterministic",
+            help="Fix git dates, hash seed and $RANDOM in every task's shell, or in none "
+            "(default: as each task says; on unless its task.toml sets deterministic = false).",
+            show_default=False,
+        ),
+    ] = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
     json_output: JsonOption = False,
@@ -96,9 +105,11 @@ def determinism(
                 image_map=settings.images.map,
                 network=network or NetworkPolicy.none,
                 command_timeout_s=timeout,
+                deterministic=deterministic,
             )
         )
     summary = summarize([*(not_loaded(path, e) for path, e in broken), *reports], runs=runs)
+    summary["deterministic"] = "as each task says" if deterministic is None else deterministic
     if json_output:
         emit_json(summary)
     else:

@@ -128,8 +128,10 @@ async def measure_task(
     runs: int = 2,
     network: NetworkPolicy = NetworkPolicy.none,
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+    deterministic: bool | None = None,
 ) -> TaskDeterminism:
-    """Play a task's solution in `runs` fresh sandboxes, one after the other."""
+    """Play a task's solution in `runs` fresh sandboxes, one after the other. `deterministic`
+    overrides the task's own setting (None: keep it), to measure with and without."""
     report = TaskDeterminism(task.id, family_of(task))
     start = time.monotonic()
     try:
@@ -138,6 +140,8 @@ async def measure_task(
             raise_no_solution(task)
         image = await images.ensure(task)
         limits = with_network(task.limits, network)
+        if deterministic is not None:
+            limits = limits.model_copy(update={"deterministic": deterministic})
         for _ in range(runs):
             async with DockerSandbox(client, image, limits, run_id=run_id) as sandbox:
                 report.runs.append(await play(sandbox, report.commands, command_timeout_s))
@@ -175,6 +179,7 @@ async def measure_tasks(
     image_map: Mapping[str, str] | None = None,
     network: NetworkPolicy = NetworkPolicy.none,
     command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+    deterministic: bool | None = None,
 ) -> list[TaskDeterminism]:
     """measure_task for every task, `concurrency` tasks at once, in the order given."""
     if runs < 2:
@@ -192,6 +197,7 @@ async def measure_tasks(
                 runs=runs,
                 network=network,
                 command_timeout_s=command_timeout_s,
+                deterministic=deterministic,
             )
         on_done(report)
         return report

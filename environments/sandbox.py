@@ -7,8 +7,10 @@ Isolation: resource limits (cpus, memory, pids), no network unless the run's pol
 (NetworkPolicy: none, only the verifier, or all; see `with_network`), no-new-privileges,
 capabilities cut to what a root shell in a task needs, an init process that reaps orphans.
 Determinism: fixed hostname, TZ, locale and umask (SHELL_ENV, INIT); HOME and the working
-directory as the image sets them (/root in ours). Still nondeterministic: clock times and
-file timestamps, process ids, durations, randomness.
+directory as the image sets them (/root in ours). Unless the task turns it off
+(`deterministic`), the agent's shell also fixes git's dates, Python's string hashing and
+$RANDOM (environments/deterministic_shell.py, which says what stays nondeterministic: the
+clock, file times, process ids, durations).
 Containers carry labels (run id, owner pid and host) so `obsspec env gc` finds leftovers.
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.environments.deterministic_shell import shell_environment, shell_startup
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.shell import SHELL_ENV, PersistentShell, ShellSettings
 from obsspec.types import ExecResult
@@ -75,6 +78,11 @@ class SandboxLimits(StrictModel):
         default=NetworkPolicy.none, description="Which phases get a network in this sandbox."
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    deterministic: bool = Field(
+        default=True,
+        description="The agent's shell fixes git dates, hash seed and $RANDOM "
+        "(environments/deterministic_shell.py).",
+    )
 
 
 def with_network(limits: SandboxLimits, run: NetworkPolicy) -> SandboxLimits:
@@ -157,7 +165,13 @@ class DockerSandbox:
         start = time.monotonic()
         self.container = await self._create_uncancellable()
         try:
-            self.shell = PersistentShell(self.client, self.container.id, self.shell_settings)
+            self.shell = PersistentShell(
+                self.client,
+                self.container.id,
+                self.shell_settings,
+                environment=shell_environment(SHELL_ENV, self.limits.deterministic),
+                startup=shell_startup(self.limits.deterministic),
+            )
             await self.shell.start()
         except BaseException:
             await self.aclose()

@@ -87,11 +87,16 @@ class PersistentShell:
         container_id: str,
         settings: ShellSettings | None = None,
         workdir: str | None = None,
+        *,
+        environment: dict[str, str] | None = None,
+        startup: str = "",
     ) -> None:
         self.client = client
         self.container_id = container_id
         self.settings = settings or ShellSettings()
         self.workdir = workdir
+        self.environment = SHELL_ENV if environment is None else environment
+        self.startup = startup  # bash run before INIT (environments/deterministic_shell.py)
         self.pid: int | None = None
         self._exec_id: str | None = None
         self._reader: asyncio.StreamReader | None = None
@@ -108,7 +113,7 @@ class PersistentShell:
         sock = await asyncio.to_thread(self._open_exec_socket)
         self._reader, self._writer = await asyncio.open_connection(sock=sock)
         self._header = None
-        self._writer.write(INIT.encode())
+        self._writer.write((self.startup + INIT).encode())
         await self._writer.drain()
         stream = MarkedStream(READY, hold=MARKER_HOLD, cap=4096)
         try:
@@ -132,7 +137,7 @@ class PersistentShell:
                 stdout=True,
                 stderr=True,
                 tty=False,
-                environment=SHELL_ENV,
+                environment=self.environment,
                 workdir=self.workdir,
             )["Id"]
             sock = self.client.api.exec_start(exec_id, socket=True)

@@ -17,7 +17,9 @@ task.toml, as Harbor's current TaskConfig has it (obsspec's additions marked +):
                   (environments.tasks.rewards: how several reward keys make one reward)
     [solution]    env (for solve.sh)
     [environment] docker_image, build_timeout_sec, cpus, memory = "4G" (or memory_mb),
-                  storage = "10G" (or storage_mb; recorded, not enforced), allow_internet, env
+                  storage = "10G" (or storage_mb; recorded, not enforced), allow_internet, env,
+                  + deterministic = false (the agent's shell keeps real git dates, hash seed
+                  and $RANDOM; environments/deterministic_shell.py)
 
 Keys obsspec does not know are a warning naming the file and the key (Task.format_warnings),
 never silently dropped and never an error: Harbor grows new ones. Harbor keys that change
@@ -120,6 +122,7 @@ class EnvironmentSection(_Section):
     storage_mb: int | None = Field(default=None, gt=0)
     allow_internet: bool = False
     env: dict[str, str] = Field(default_factory=dict)
+    deterministic: bool = True
 
     _sizes = field_validator("memory", "storage", mode="before")(size_mb)
     _names = field_validator("env")(check_env_names)
@@ -192,6 +195,7 @@ def load_harbor(root: Path) -> Task:
             memory_mb=env.memory or env.memory_mb,
             allow_internet=env.allow_internet,
             env=env.env,
+            deterministic=env.deterministic,
         ),
         agent_timeout_s=config.agent.timeout_sec,
         verifier_timeout_s=config.verifier.timeout_sec,

@@ -63,6 +63,14 @@ def test_current_harbor_fields_reach_the_task(harbor, caplog):
     assert task.verifier_env == {"CHECK_MODE": "strict", "THRESHOLD": "0.9"}
     assert task.solution_env == {"SOLVER_HINT": "fast"}
     assert task.reward_key == "correctness" and task.metadata["anything"] == {"nested": True}
+    assert task.limits.deterministic  # on unless the task turns it off
+
+
+def test_a_task_can_turn_the_deterministic_shell_off(harbor, caplog):
+    (harbor / "task.toml").write_text("[environment]\ndeterministic = false\n")
+    with caplog.at_level(logging.WARNING):
+        task = load_task(harbor)
+    assert not task.limits.deterministic and task.format_warnings == []
 
 
 @pytest.mark.parametrize(
@@ -91,6 +99,7 @@ def test_sizes_as_strings_or_mib(harbor, environment, memory_mb, storage_mb):
         ('[solution]\nenv = { "1X" = "x" }\n', "solution.env"),
         ('[verifier]\nreward_aggregate = "max"\n', "verifier.reward_aggregate"),
         ('[verifier]\nreward_key = "a"\nreward_aggregate = "mean"\n', "verifier"),
+        ('[environment]\ndeterministic = "sometimes"\n', "environment.deterministic"),
     ],
 )
 def test_bad_fields_name_file_and_field(harbor, toml, field):
