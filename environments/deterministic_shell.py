@@ -4,12 +4,14 @@ A world model must predict each observation exactly; an output that differs betw
 of the same commands is one no model can predict (`obsspec env determinism` measures how many
 do). On by default for every task; a task turns it off with `[environment] deterministic =
 false` in task.toml (SandboxLimits.deterministic). It applies to the agent's persistent shell
-only; the verifier's fresh shell runs as the task wrote it.
+only; the verifier's fresh shell runs as the task wrote it. A variable the image's ENV or the
+task's env sets keeps its value.
 
 Fixed here:
 - git's author and committer dates: a commit, a revert, a stash or a merge made from the same
-  tree gets the same hash in every run (`git log` shows FIXED_DATE). Identities come from the
-  base image's system git config; a task's own config, or the agent's, still wins;
+  tree gets the same hash in every run (`git log` shows FIXED_DATE; so `git log --since=...`
+  relative to today finds none of them). Identities come from the base image's system git
+  config; a task's own config, or the agent's, still wins;
 - Python's string hashing (PYTHONHASHSEED=0): a set of strings prints in one order;
 - bash's $RANDOM in the persistent shell, seeded when each shell starts. Subshells and child
   shells seed their own (bash does, from the clock and the pid).
@@ -29,6 +31,8 @@ Not fixed, and why:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 FIXED_DATE = "2024-01-01T00:00:00+00:00"
 RANDOM_SEED = 1
 
@@ -39,9 +43,23 @@ DETERMINISTIC_ENV = {
 }
 
 
-def shell_environment(base: dict[str, str], deterministic: bool) -> dict[str, str]:
-    """The agent's shell environment: base (SHELL_ENV) and, when on, DETERMINISTIC_ENV."""
-    return {**base, **DETERMINISTIC_ENV} if deterministic else dict(base)
+def shell_environment(
+    base: dict[str, str], deterministic: bool, configured: Iterable[str] = ()
+) -> dict[str, str]:
+    """The agent's shell environment: base (SHELL_ENV) and, when on, DETERMINISTIC_ENV but
+    for the variables the container already sets (`configured`: the image's ENV and the
+    task's env), which win: an exec's environment would override them."""
+    if not deterministic:
+        return dict(base)
+    keep = set(configured)
+    return {**base, **{k: v for k, v in DETERMINISTIC_ENV.items() if k not in keep}}
+
+
+def configured_names(container_attrs: dict) -> list[str]:
+    """Names of the variables a container starts with (its image's and its own), from
+    `docker inspect`."""
+    entries = (container_attrs.get("Config") or {}).get("Env") or []
+    return [entry.split("=", 1)[0] for entry in entries]
 
 
 def shell_startup(deterministic: bool) -> str:

@@ -30,7 +30,11 @@ from pathlib import Path
 from pydantic import Field
 
 from obsspec.config import StrictModel
-from obsspec.environments.deterministic_shell import shell_environment, shell_startup
+from obsspec.environments.deterministic_shell import (
+    configured_names,
+    shell_environment,
+    shell_startup,
+)
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.shell import SHELL_ENV, PersistentShell, ShellSettings
 from obsspec.types import ExecResult
@@ -169,7 +173,9 @@ class DockerSandbox:
                 self.client,
                 self.container.id,
                 self.shell_settings,
-                environment=shell_environment(SHELL_ENV, self.limits.deterministic),
+                environment=shell_environment(
+                    SHELL_ENV, self.limits.deterministic, configured_names(self.container.attrs)
+                ),
                 startup=shell_startup(self.limits.deterministic),
             )
             await self.shell.start()

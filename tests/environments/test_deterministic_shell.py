@@ -2,6 +2,8 @@
 strings, $RANDOM, written as an agent would type them; the verifier's shell and a task that
 turns it off keep the real environment; a task's own git identity still wins."""
 
+import io
+
 import pytest
 
 from obsspec.environments.deterministic_shell import FIXED_DATE
@@ -52,3 +54,21 @@ async def test_off_for_the_verifier_and_for_a_task_that_says_so(docker_client, b
     fixed = await play(docker_client, base_image, run_id)
     assert real[2] != fixed[2]  # 45 random bits: equal by chance once in 3.5e13
     assert FIXED_DATE not in real[0]
+
+
+@pytest.mark.docker
+async def test_the_image_and_the_task_keep_their_own_values(docker_client, base_image, run_id):
+    image = f"{base_image}-hashseed-test"
+    docker_client.images.build(
+        fileobj=io.BytesIO(f"FROM {base_image}\nENV PYTHONHASHSEED=7\n".encode()),
+        tag=image,
+        rm=True,
+    )
+    try:
+        task = SandboxLimits(env={"GIT_COMMITTER_DATE": "2020-02-02T00:00:00+00:00"})
+        async with DockerSandbox(docker_client, image, task, run_id=run_id) as sandbox:
+            probe = "echo $PYTHONHASHSEED $GIT_COMMITTER_DATE $GIT_AUTHOR_DATE"
+            expected = f"7 2020-02-02T00:00:00+00:00 {FIXED_DATE}\n"
+            assert (await sandbox.run(probe)).stdout == expected
+    finally:
+        docker_client.images.remove(image, force=True)
