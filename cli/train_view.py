@@ -106,6 +106,9 @@ def trainer_table(title: str, summary: dict, data_rows: list[tuple[str, object]]
     if summary.get("eval_loss_before") is not None or summary.get("eval_loss_after") is not None:
         held_out = f"{fmt(summary['eval_loss_before'])} -> {fmt(summary['eval_loss_after'])}"
         rows.append(("held-out loss before -> after", held_out))
+    if summary.get("eval_loss_by_epoch"):
+        losses = ", ".join(f"{epoch}: {fmt(loss)}" for epoch, loss in summary["eval_loss_by_epoch"])
+        rows.append(("held-out loss by epoch", losses))
     rows += [("tokens", summary["tokens"]), ("seconds", f"{summary['seconds']:.0f}")]
     for name, value in rows + data_rows:
         table.add_row(name, str(value))

@@ -51,6 +51,11 @@ class TrainSettings(StrictModel):
     eval_loss_tokens: int = Field(
         default=32768, ge=0, description="Held-out tokens scored for the loss before and after."
     )
+    eval_loss_every_epoch: bool = Field(
+        default=False,
+        description="Also score the held-out loss at the end of each epoch "
+        "(eval_loss_by_epoch): whether more epochs still help.",
+    )
     device: str = Field(default="auto", description="auto, cpu, cuda or cuda:N.")
     lora: LoraSettings | None = Field(
         default=None, description="Train LoRA adapters instead of every weight (merged on save)."

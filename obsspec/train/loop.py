@@ -46,6 +46,7 @@ RESUMABLE_CHANGES = {
     "epochs",
     "device",
     "eval_loss_tokens",
+    "eval_loss_every_epoch",
 }
 
 
@@ -72,6 +73,7 @@ class TrainOutcome:
     seconds: float
     device: str
     dtype: str
+    eval_loss_by_epoch: list[tuple[int, float]] = ()  # (epoch, loss); epochs of this process
 
 
 def data_fingerprint(sequences: list[Sequence]) -> str:
@@ -197,6 +199,7 @@ def train(
     model.train()
     started, tokens = time.monotonic(), 0
     first_loss = last_loss = None
+    by_epoch: list[tuple[int, float]] = []
     for step in range(first_step, total_steps):
         epoch, batches = plans.step(step)
         step_sequences = [[sequences[i] for i in batch] for batch in batches]
@@ -220,6 +223,9 @@ def train(
         )
         if (step + 1) % settings.checkpoint_every == 0 or step + 1 == total_steps:
             checkpoints.save(step + 1, core, {"identity": identity})
+        epoch_ends = (step + 1) % plans.steps_per_epoch == 0 or step + 1 == total_steps
+        if settings.eval_loss_every_epoch and held_out and ranks.main and epoch_ends:
+            by_epoch.append((epoch + 1, mean_loss(model, held_out, settings, where, pad_id)))
 
     eval_after = None
     if ranks.main:
@@ -237,6 +243,7 @@ def train(
         time.monotonic() - started,
         where.device,
         where.dtype,
+        by_epoch,
     )
 
 

@@ -61,11 +61,13 @@ def test_no_gradient_reaches_unlabelled_positions(tiny_model_dir, sequences):
 
 @pytest.mark.slow
 def test_training_lowers_the_loss_on_labelled_tokens(tiny_model_dir, sequences, tmp_path):
-    outcome = train(
-        tiny_model_dir, sequences, settings(epochs=12), tmp_path / "out", held_out=sequences
-    )
+    every_epoch = settings(epochs=12, eval_loss_every_epoch=True)
+    outcome = train(tiny_model_dir, sequences, every_epoch, tmp_path / "out", held_out=sequences)
     assert outcome.steps == 12
     assert outcome.eval_loss_after < 0.75 * outcome.eval_loss_before
+    assert [epoch for epoch, _ in outcome.eval_loss_by_epoch] == list(range(1, 13))
+    assert outcome.eval_loss_by_epoch[-1][1] == pytest.approx(outcome.eval_loss_after)
+    assert outcome.eval_loss_by_epoch[0][1] > outcome.eval_loss_after
     assert outcome.last_loss < outcome.first_loss
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
     assert saved["num_hidden_layers"] == 2  # a plain HF model directory at OUT
