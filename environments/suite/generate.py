@@ -9,13 +9,21 @@ from pathlib import Path
 from obsspec.environments.suite.families import FAMILIES
 from obsspec.environments.suite.registry import GeneratedTask
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: files the setup writes have a fixed date
 BASE_IMAGE = "obsspec/base:latest"
 
 
+# Every file and directory the setup writes is dated FIXED_MTIME (2024-01-01 00:00 UTC, as git
+# dates in the agent's shell: environments/deterministic_shell.py) instead of the moment of the
+# build, so that `ls -l` prints the same in every build of the task. Dates the setup sets
+# itself (older than the build) are kept: -newer picks only what the build touched.
+FIXED_MTIME = 1704067200
 DOCKERFILE = f"""FROM {BASE_IMAGE}
 COPY setup/ /tmp/setup/
-RUN cd /tmp/setup && bash setup.sh && cd / && rm -rf /tmp/setup
+RUN touch /tmp/.obsspec-build && cd /tmp/setup && bash setup.sh && cd / && rm -rf /tmp/setup \\
+ && find / -xdev -newer /tmp/.obsspec-build ! -path /tmp/.obsspec-build \\
+    -exec touch -h -d @{FIXED_MTIME} {{}} + \\
+ && rm /tmp/.obsspec-build && touch -h -d @{FIXED_MTIME} /tmp
 WORKDIR /root
 """
 

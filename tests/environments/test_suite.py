@@ -7,6 +7,7 @@ import pytest
 from obsspec.environments.gc import remove_run_containers
 from obsspec.environments.suite import FAMILIES, generate
 from obsspec.environments.tasks import load_task
+from obsspec.environments.tasks.images import TaskImages
 from obsspec.environments.validate import summarize, validate_tasks
 
 
@@ -54,6 +55,17 @@ async def test_every_family_validates(tmp_path, docker_client, base_image, run_i
     summary = summarize(reports)
     assert summary["failures"] == []
     assert summary["solution_pass"] == summary["noop_fail"] == len(FAMILIES)
+    # Nothing the setups wrote is dated by the build (`ls -l` prints the same every build)
+    base_built = docker_client.images.get(base_image).attrs["Created"][:19]  # UTC
+    images = TaskImages(docker_client)
+    runtime = ["/", "/proc", "/sys", "/dev", "/etc", "/.dockerenv"]  # made by `docker run`
+    runtime += ["/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/etc/mtab"]
+    skip = " ".join(f"! -path {path}" for path in runtime)
+    newer = f"find / -xdev -newermt '{base_built}Z' {skip} -print"
+    for task in tasks:
+        image = await images.ensure(task)  # built above: found, not rebuilt
+        found = docker_client.containers.run(image, ["sh", "-c", newer], remove=True)
+        assert found.decode() == "", task.id
 
 
 def test_no_check_pipes_into_grep_q(tmp_path):
