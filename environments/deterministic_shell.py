@@ -25,7 +25,8 @@ Not fixed, and why:
   return; with it left real, time.sleep fails with EINVAL. A clock that moves only
   CLOCK_REALTIME breaks `find -mtime` and make against the image's own file times, and TLS
   certificates reject a date in the past. Measured on the built-in suite, no observation
-  prints the clock except git's dates, which are fixed above.
+  prints the clock but git's dates (fixed above) and the dates of the files a task's image
+  build wrote (generated tasks fix those: environments/suite/generate.py).
 - Process ids, `mktemp` names, $SRANDOM and durations (test timings): kernel-given.
 """
 
