@@ -156,7 +156,7 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
     slow = [t for t in answered if t.example.exec_s >= settings.slow_command_s]
     return {
         "turns": len(scored),
-        "held_out_tasks": len({t.example.task_id for t in scored}),
+        "held_out_tasks": len({(t.example.task_id, t.example.context.task_hash) for t in scored}),
         **match_rates(scored),
         "lm_answered_rate": rate(len(answered), len(scored)),
         "by_source": {

@@ -44,8 +44,8 @@ class ExampleReport:
     episodes: int = 0
     examples: int = 0
     skipped: Counter = field(default_factory=Counter)  # reason -> turns
-    train_tasks: set[str] = field(default_factory=set)
-    held_out_tasks: set[str] = field(default_factory=set)
+    train_tasks: set[tuple[str, str | None]] = field(default_factory=set)  # (id, content)
+    held_out_tasks: set[tuple[str, str | None]] = field(default_factory=set)
 
     def merge(self, other: ExampleReport) -> None:
         self.episodes += other.episodes
@@ -92,7 +92,10 @@ def build_examples(
             is_held_out = family in held_out_families
         else:
             is_held_out = held_out(task, held_out_fraction)
-        (report.held_out_tasks if is_held_out else report.train_tasks).add(task)
+        # tasks of two seeds share ids (archive-repack-000): a task is its id and its content
+        (report.held_out_tasks if is_held_out else report.train_tasks).add(
+            (task, row.get("task_hash"))
+        )
         if row.get("error_kind") == "infra":
             report.skipped["infra"] += sum(t["action"] == "command" for t in row["turns"])
             continue

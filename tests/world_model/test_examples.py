@@ -31,16 +31,24 @@ def test_split_is_by_task_and_stable(prompt):
     train, held, report = build_examples(rows_for(tasks), prompt, held_out_fraction=0.3)
     assert report.train_tasks and report.held_out_tasks
     assert not report.train_tasks & report.held_out_tasks  # never one task on both sides
-    assert {e.task_id for e in held} == report.held_out_tasks
+    assert {(e.task_id, e.context.task_hash) for e in held} == report.held_out_tasks
     assert len(train) + len(held) == report.examples == 60
     again = build_examples(rows_for(tasks), prompt, held_out_fraction=0.3)[2]
     assert again.held_out_tasks == report.held_out_tasks
 
 
+def test_tasks_of_two_seeds_sharing_an_id_count_twice(prompt):
+    rows = rows_for(["csv-json-000"], episodes=1)
+    other = copy.deepcopy(rows[0]) | {"task_hash": "f" * 64}  # the same id, another seed
+    report = build_examples([*rows, other], prompt, held_out_fraction=0.0)[2]
+    assert len(report.train_tasks) == 2 and report.as_dict()["train_tasks"] == 2
+
+
 def test_whole_families_can_be_held_out(prompt):
     tasks = ["a-000", "a-001", "b-000", "c-000"]
     _, held, report = build_examples(rows_for(tasks), prompt, held_out_families={"a"})
-    assert report.held_out_tasks == {"a-000", "a-001"} and {e.family for e in held} == {"a"}
+    assert {task for task, _ in report.held_out_tasks} == {"a-000", "a-001"}
+    assert {e.family for e in held} == {"a"}
 
 
 def test_example_is_the_shared_prompt_and_the_observation(prompt):
