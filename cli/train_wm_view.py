@@ -22,6 +22,7 @@ HEADLINE = (
     "held_out_tasks",
     "match_rate_wm",  # the paper's figure (also under its old name exact_match_rate in --json)
     "cascade_match_rate",
+    "near_miss_rate",  # not exact, within a tenth by edit distance: still a miss
     "pred_ms_p50",
     "pred_ms_p90",
     "exec_to_pred_ratio_p50",
@@ -44,6 +45,18 @@ def render_evaluation(report: dict, json_output: bool) -> None:
             name, str(g["turns"]), fmt(g["match_rate_wm"]), fmt(g["cascade_match_rate"])
         )
     out.print(families)
+    lengths = Table("tokens", "turns", "world model", "cascade", "near miss", title="by length")
+    for name, g in sorted(
+        report["by_length"].items(), key=lambda item: int(item[0].split("-")[0].rstrip("+"))
+    ):
+        lengths.add_row(
+            name,
+            str(g["turns"]),
+            fmt(g["match_rate_wm"]),
+            fmt(g["cascade_match_rate"]),
+            fmt(g["near_miss_rate"]),
+        )
+    out.print(lengths)
     sources = Table("source", "answered", "matched", "match rate", title="cascade answers")
     for name, g in report["by_source"].items():
         sources.add_row(name, str(g["answered"]), str(g["matched"]), fmt(g["match_rate"]))
