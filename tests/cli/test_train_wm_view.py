@@ -26,7 +26,8 @@ def test_the_table_shows_near_misses_and_lengths_in_order(monkeypatch):
     view.render_evaluation(report, json_output=False)
     text = buffer.getvalue()
     assert "near_miss_rate" in text and "0.125" in text
-    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+    lines = [line for line in text.splitlines() if "│" in line]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines]
     by_length = [row for row in cells if row[0] in ("9-32", "33-128", "129+")]
     assert [row[0] for row in by_length] == ["9-32", "33-128", "129+"]  # by size, not by name
     assert by_length[2] == ["129+", "4", "0.000", "0.250", "0.500"]
