@@ -229,7 +229,10 @@ def train(
 
     eval_after = None
     if ranks.main:
-        eval_after = mean_loss(model, held_out, settings, where, pad_id) if held_out else None
+        if by_epoch:  # the last epoch's loss is the final model's: not scored twice
+            eval_after = by_epoch[-1][1]
+        elif held_out:
+            eval_after = mean_loss(model, held_out, settings, where, pad_id)
         save_final(model, base, out, where.dtype)
     distributed.barrier()
     return TrainOutcome(
