@@ -46,9 +46,11 @@ def render_evaluation(report: dict, json_output: bool) -> None:
         )
     out.print(families)
     lengths = Table("tokens", "turns", "world model", "cascade", "near miss", title="by length")
-    for name, g in sorted(
-        report["by_length"].items(), key=lambda item: int(item[0].split("-")[0].rstrip("+"))
-    ):
+    from obsspec.world_model.evaluate import length_bucket_names  # not at every CLI start
+
+    by_length = report["by_length"]
+    for name in (name for name in length_bucket_names() if name in by_length):
+        g = by_length[name]
         lengths.add_row(
             name,
             str(g["turns"]),

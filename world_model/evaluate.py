@@ -122,6 +122,11 @@ def length_bucket(tokens: int) -> str:
     raise AssertionError("unreachable: the last bucket is open")
 
 
+def length_bucket_names() -> list[str]:
+    """The buckets' names, shortest observations first (the order reports show them in)."""
+    return [length_bucket(low) for low, _ in LENGTH_BUCKETS]
+
+
 @dataclass(frozen=True)
 class Scored:
     example: Example
@@ -169,7 +174,9 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
         },
         "near_miss_examples": near_miss_examples(scored),
         "by_family": {name: match_rates(group) for name, group in sorted(families.items())},
-        "by_length": {name: match_rates(group) for name, group in sorted(lengths.items())},
+        "by_length": {
+            name: match_rates(lengths[name]) for name in length_bucket_names() if name in lengths
+        },
         "pred_ms_p50": ms(percentile(latencies, 50)),
         "pred_ms_p90": ms(percentile(latencies, 90)),
         "exec_to_pred_ratio_p50": percentile([speed_ratio(t) for t in slow], 50),
