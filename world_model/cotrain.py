@@ -165,7 +165,7 @@ class CoTrainer:
 
     def optimizer_step(self, sequences) -> float:
         """One step over every sequence (token mean over all their labelled tokens)."""
-        labelled = sum(s.target_tokens for s in sequences)
+        labelled = sum(s.target_weight for s in sequences)
         lengths = [len(s.ids) for s in sequences]
         total = 0.0
 
@@ -179,7 +179,7 @@ class CoTrainer:
 
         batches = plan_batches(lengths, self.settings.batch_tokens, seed=0, epoch=0)
         self.core.step(batches, loss_of)
-        return total / max(labelled, 1)
+        return total / (labelled or 1)
 
     def save_weights(self, out: Path) -> Path:
         return self.core.save_weights(out)

@@ -20,9 +20,10 @@ from obsspec.models.tokenizer import load_tokenizer
 from obsspec.tracking import config_logger, require_wandb
 from obsspec.train import distributed
 from obsspec.train.checkpoint import read_record, write_record
+from obsspec.train.config import TrainSettings
 from obsspec.train.fresh import call_in_fresh_process
 from obsspec.train.loop import StepProgress, train_into
-from obsspec.train.sequences import Sample, pack
+from obsspec.train.sequences import Packing, Sample, pack
 from obsspec.world_model.config import EvalSettings, EvalWMConfig, TrainWMConfig
 from obsspec.world_model.data import WorldModelData, load_data, load_eval_data
 from obsspec.world_model.examples import Example
@@ -34,6 +35,13 @@ Note = Callable[[str], None]
 def samples_of(examples: list[Example]) -> list[Sample]:
     """In dataset order, so the turns of an episode chain into one sequence."""
     return [Sample(e.prompt_ids, e.target_ids) for e in examples]
+
+
+def packings(data: WorldModelData, settings: TrainSettings) -> tuple[Packing, Packing]:
+    """The training sequences, weighted as settings say, and the held-out ones, whose loss
+    is always a mean over tokens (comparable between weightings)."""
+    train = pack(samples_of(data.train), settings.max_len, settings.loss_weighting)
+    return train, pack(samples_of(data.held_out), settings.max_len)
 
 
 def check_split(data: WorldModelData, config: TrainWMConfig) -> None:
@@ -68,8 +76,7 @@ def train_world_model(
     check_split(data, config)
     if not data.train:
         raise ConfigError("--data: every task fell on the held-out side; nothing to train on")
-    packed = pack(samples_of(data.train), config.train.max_len)
-    held_out = pack(samples_of(data.held_out), config.train.max_len)
+    packed, held_out = packings(data, config.train)
     note(
         f"{data.report.examples} turns from {data.report.episodes} episodes: "
         f"{len(data.train)} to train on ({len(packed.sequences)} sequences, "

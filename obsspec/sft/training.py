@@ -44,7 +44,7 @@ def train_policy(
     data = load_policy_data(config.data, load_tokenizer(base), min_reward=config.min_reward)
     if config.evaluate:  # before training: a wrong task set must not cost a training run
         held_out_tasks(config.eval.tasks, data.task_hashes)
-    packed = pack(data.samples, config.train.max_len)
+    packed = pack(data.samples, config.train.max_len, config.train.loss_weighting)
     report = data.report
     note(
         f"{report.turns} action turns from {report.kept} of {report.episodes} episodes "

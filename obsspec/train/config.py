@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from obsspec.config import StrictModel
+from obsspec.train.sequences import Weighting
 
 
 class LoraSettings(StrictModel):
@@ -47,6 +48,12 @@ class TrainSettings(StrictModel):
         default="auto",
         description="Compute precision (weights stay float32): auto = bfloat16 on GPUs and "
         "on CPUs with native bfloat16, else float32.",
+    )
+    loss_weighting: Weighting = Field(
+        default="token",
+        description="How the loss weighs learned tokens: token = each alike (long targets "
+        "dominate); observation = each target alike (its tokens weigh 1/its length), as exact "
+        "match counts targets. The held-out loss stays a mean over tokens.",
     )
     eval_loss_tokens: int = Field(
         default=32768, ge=0, description="Held-out tokens scored for the loss before and after."

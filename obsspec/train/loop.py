@@ -79,7 +79,8 @@ class TrainOutcome:
 def data_fingerprint(sequences: list[Sequence]) -> str:
     digest = hashlib.sha256()
     for sequence in sequences:
-        digest.update(repr((sequence.ids, sequence.labels)).encode())
+        # which tokens are learned; their weights follow from settings.loss_weighting
+        digest.update(repr((sequence.ids, [label > 0 for label in sequence.labels])).encode())
     return digest.hexdigest()[:16]
 
 
@@ -287,7 +288,7 @@ def train_step(
 ) -> tuple[float, int]:
     """One optimizer step over `batches` (those of every rank; this rank takes every
     world-th); returns the step's mean loss and the tokens seen, over all ranks."""
-    n_labels = sum(sum(s.target_tokens for s in batch) for batch in batches)
+    n_labels = sum(sum(s.target_weight for s in batch) for batch in batches)
     mine = [(batch, 1.0) for batch in batches[ranks.rank :: ranks.world]]
     # DDP synchronises on every backward: every rank must run as many, so a rank short of
     # batches repeats one with no weight.
@@ -309,7 +310,7 @@ def train_step(
 
     core.step(mine, loss_of, out_of_memory=out_of_memory)
     loss_sum, tokens = distributed.all_sum(seen)
-    mean = loss_sum / max(n_labels, 1)
+    mean = loss_sum / (n_labels or 1)
     if not math.isfinite(mean):
         raise TrainingError(f"the loss became {mean}", hint="try a lower --lr")
     return mean, int(tokens)

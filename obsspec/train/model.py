@@ -48,17 +48,18 @@ def load_model(path: Path, where: Placement, lora: LoraSettings | None):
 
 
 def batch_tensors(sequences: list[Sequence], pad_id: int, device: str):
-    """input_ids, attention_mask and the label mask, right-padded: each [rows, longest]."""
+    """input_ids, attention_mask and the label weights (0: not learned), right-padded: each
+    [rows, longest]."""
 
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(sequences), width), dtype=torch.long)
-    labels = torch.zeros((len(sequences), width), dtype=torch.bool)
+    labels = torch.zeros((len(sequences), width), dtype=torch.float32)
     for row, sequence in enumerate(sequences):
         n = len(sequence.ids)
         ids[row, :n] = torch.tensor(sequence.ids)
         attention[row, :n] = 1
-        labels[row, :n] = torch.tensor(sequence.labels)
+        labels[row, :n] = torch.tensor(sequence.labels, dtype=torch.float32)
     return ids.to(device), attention.to(device), labels.to(device)
 
 
@@ -103,21 +104,24 @@ def target_logprobs(head, hidden, targets, chunk: int = LOGITS_CHUNK):
 
 
 def labelled_loss_sum(model, ids, attention, labels):
-    """Sum of the next-token cross-entropy over labelled tokens, and how many there are.
+    """Sum of the next-token cross-entropy over labelled tokens, each times its label's
+    weight, and the sum of those weights (the token count when every weight is 1).
 
     Position t predicts token t+1, so the hidden state at t is scored against ids[t+1]
-    wherever labels[t+1] is set.
+    wherever labels[t+1] > 0. labels may be a boolean mask (every weight 1).
     """
     import torch.nn.functional as F
 
     base = model.get_base_model() if is_peft(model) else model
     hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
-    targets = labels[:, 1:]  # [rows, width-1]
+    weights = labels[:, 1:].float()  # [rows, width-1]
+    targets = weights > 0
     picked = hidden[:, :-1][targets]  # [n, hidden]
     head = base.get_output_embeddings()
     wanted = ids[:, 1:][targets]  # [n]
     if picked.shape[0] > LOGITS_CHUNK:
-        loss = -target_logprobs(head, picked, wanted, LOGITS_CHUNK).sum()
+        losses = -target_logprobs(head, picked, wanted, LOGITS_CHUNK)
     else:
-        loss = F.cross_entropy(head(picked).float(), wanted, reduction="sum")  # [n, vocab] inside
-    return loss, int(targets.sum().item())
+        losses = F.cross_entropy(head(picked).float(), wanted, reduction="none")  # [n, vocab] in
+    chosen = weights[targets]  # [n]
+    return (losses * chosen).sum(), float(chosen.sum().item())

@@ -43,7 +43,19 @@ def test_the_loss_counts_labelled_tokens_only(tiny_model_dir, sequences):
     # the same sum from the full logits, taken only where the next token is labelled
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
     every = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    assert torch.allclose(loss, every[labels[:, 1:]].sum(), rtol=1e-4)
+    assert torch.allclose(loss, every[labels[:, 1:] > 0].sum(), rtol=1e-4)
+
+
+def test_label_weights_scale_each_token_loss_and_sum_to_the_count(tiny_model_dir, sequences):
+    model = load_model(tiny_model_dir, CPU, None)
+    ids, attention, labels = batch_tensors(sequences, 0, "cpu")
+    plain, _ = labelled_loss_sum(model, ids, attention, labels > 0)  # a boolean mask: weights 1
+    weights = labels.clone()
+    weights[0] *= 3.0  # the first sequence's tokens count three times
+    loss, count = labelled_loss_sum(model, ids, attention, weights)
+    first, _ = labelled_loss_sum(model, ids[:1], attention[:1], labels[:1])
+    assert torch.allclose(loss, plain + 2 * first, rtol=1e-4)
+    assert count == sum(s.target_tokens for s in sequences) + 2 * sequences[0].target_tokens
 
 
 def test_no_gradient_reaches_unlabelled_positions(tiny_model_dir, sequences):
@@ -51,7 +63,7 @@ def test_no_gradient_reaches_unlabelled_positions(tiny_model_dir, sequences):
     ids, attention, labels = batch_tensors(sequences[:1], 0, "cpu")
     embeddings = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     hidden = model.get_decoder()(inputs_embeds=embeddings, attention_mask=attention)
-    targets = labels[:, 1:]
+    targets = labels[:, 1:] > 0
     logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][targets])
     torch.nn.functional.cross_entropy(logits, ids[:, 1:][targets]).backward()
     last_input = int(targets[0].nonzero().max())  # the last position that predicts a label
@@ -73,6 +85,24 @@ def test_training_lowers_the_loss_on_labelled_tokens(tiny_model_dir, sequences, 
     assert saved["num_hidden_layers"] == 2  # a plain HF model directory at OUT
     assert (tmp_path / "out" / "model.safetensors").is_file()
     assert (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_observation_weighting_makes_the_step_loss_a_mean_over_observations(
+    tiny_model_dir, builder, tmp_path
+):
+    samples = [
+        Sample(builder.prompt_ids("You echo.", f"say {w}"), builder.encode(f"{w} " * n))
+        for w, n in (("alpha", 1), ("beta", 9))
+    ]
+    model = load_model(tiny_model_dir, CPU, None)
+    per_observation = []
+    for sequence in pack(samples, 512).sequences:
+        loss, count = labelled_loss_sum(model, *batch_tensors([sequence], 0, "cpu"))
+        per_observation.append(loss.item() / count)
+    weighted = pack(samples, 512, weighting="observation").sequences
+    one_step = settings(max_steps=1, loss_weighting="observation")
+    outcome = train(tiny_model_dir, weighted, one_step, tmp_path / "out")
+    assert outcome.first_loss == pytest.approx(sum(per_observation) / 2, rel=1e-4)
 
 
 @pytest.mark.slow

@@ -52,3 +52,13 @@ def test_batch_order_is_fixed_by_seed_and_epoch():
     plan = plan_batches(lengths, 64, seed=3, epoch=1)
     assert plan == plan_batches(lengths, 64, seed=3, epoch=1)
     assert plan != plan_batches(lengths, 64, seed=3, epoch=2)
+
+
+def test_observation_weighting_makes_each_target_weigh_one_whatever_its_length():
+    long, short = Sample([1, 2], [3, 4, 5, 6]), Sample([1, 2, 3, 4, 5, 6, 7], [8])
+    [token] = pack([long, short], 100).sequences
+    [each] = pack([long, short], 100, weighting="observation").sequences
+    assert token.labels == [0, 0, 1, 1, 1, 1, 0, 1] and token.target_weight == 5
+    assert each.labels == [0, 0, 0.25, 0.25, 0.25, 0.25, 0, 1.0]
+    assert each.target_weight == each.samples == 2
+    assert each.target_tokens == token.target_tokens == 5  # the same tokens are learned

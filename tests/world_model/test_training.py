@@ -8,10 +8,11 @@ import json
 import pytest
 
 from obsspec.errors import ConfigError
+from obsspec.train.config import TrainSettings
 from obsspec.world_model.config import TrainWMConfig
 from obsspec.world_model.data import load_data, load_eval_data
 from obsspec.world_model.evaluate import report_keys
-from obsspec.world_model.training import train_world_model
+from obsspec.world_model.training import packings, train_world_model
 from tests.cli.test_cli import obsspec
 from tests.test_tracking import offline_runs
 from tests.world_model.runs import episode_row, make_run, steps_for, task_hash, write_run
@@ -37,6 +38,19 @@ def test_every_turn_becomes_an_example_with_its_exact_prompt(builder, tmp_path):
     example = data.train[1]
     assert builder.tokenizer.decode(example.target_ids) == "a_000\n[exit code: 0]<|im_end|>"
     assert example.prompt_ids[-len(data.prompt.opening_ids) :] == data.prompt.opening_ids
+
+
+def test_loss_weighting_weighs_training_turns_and_never_the_held_out_loss(builder, tmp_path):
+    data = load_data([make_run(tmp_path / "run", builder, ["a-000", "a-001"])], builder.tokenizer)
+    train, held_out = packings(data, TrainSettings(loss_weighting="observation"))
+    assert [s.target_weight for s in train.sequences] == [
+        pytest.approx(s.samples) for s in train.sequences
+    ]
+    assert [s.target_weight for s in held_out.sequences] == [
+        s.target_tokens for s in held_out.sequences
+    ]
+    token, _ = packings(data, TrainSettings())
+    assert [s.target_weight for s in token.sequences] == [s.target_tokens for s in train.sequences]
 
 
 def test_runs_from_another_tokenizer_are_refused(builder, tmp_path):
