@@ -23,6 +23,7 @@ HEADLINE = (
     "match_rate_wm",  # the paper's figure (also under its old name exact_match_rate in --json)
     "cascade_match_rate",
     "near_miss_rate",  # not exact, within a tenth by edit distance: still a miss
+    "new_content_rate",  # prints a line its context never showed
     "pred_ms_p50",
     "pred_ms_p90",
     "exec_to_pred_ratio_p50",
@@ -59,6 +60,14 @@ def render_evaluation(report: dict, json_output: bool) -> None:
             fmt(g["near_miss_rate"]),
         )
     out.print(lengths)
+    contents = Table("output", "turns", "world model", "cascade", title="by content")
+    for name, g in report.get("by_content", {}).items():
+        label = "new lines" if name == "new" else "all seen"
+        contents.add_row(
+            label, str(g["turns"]), fmt(g["match_rate_wm"]), fmt(g["cascade_match_rate"])
+        )
+    if contents.row_count:
+        out.print(contents)
     sources = Table("source", "answered", "matched", "match rate", title="cascade answers")
     for name, g in report["by_source"].items():
         sources.add_row(name, str(g["answered"]), str(g["matched"]), fmt(g["match_rate"]))

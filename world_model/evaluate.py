@@ -23,6 +23,10 @@ All rates are pooled over turns (sums of counts, never means of per-task ratios)
                         a miss in match_rate_wm. `near_miss_examples` shows the first few:
                         task, command and the first line where prediction and observation
                         differ.
+    new_content_rate    turns whose observation prints a line its context never showed
+                        (world_model.novelty: a file read for the first time, a checksum), over
+                        every turn; `by_content` gives the match rates of those ("new") and of
+                        the rest ("seen") apart: how much of the miss rate is there.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from obsspec.world_model.cascade import default_cascade
 from obsspec.world_model.config import EvalSettings
 from obsspec.world_model.examples import Example
 from obsspec.world_model.lm import LMPredictor
+from obsspec.world_model.novelty import has_new_content
 
 LENGTH_BUCKETS = [(1, 8), (9, 32), (33, 128), (129, None)]  # observation tokens
 NO_ANSWER = "none"
@@ -132,6 +137,7 @@ class Scored:
     example: Example
     lm: Prediction | None  # the world model's own answer
     chosen: Prediction | None  # the cascade's answer
+    new_content: bool | None = None  # prints a line its context never showed (None: unknown)
 
     @property
     def lm_hit(self) -> bool:
@@ -152,7 +158,10 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
     families: dict[str, list[Scored]] = defaultdict(list)
     lengths: dict[str, list[Scored]] = defaultdict(list)
     sources: dict[str, list[Scored]] = defaultdict(list)
+    contents: dict[str, list[Scored]] = defaultdict(list)
     for turn in scored:
+        if turn.new_content is not None:
+            contents["new" if turn.new_content else "seen"].append(turn)
         families[turn.example.family].append(turn)
         lengths[length_bucket(len(turn.example.target_ids))].append(turn)
         sources[turn.chosen.source if turn.chosen else NO_ANSWER].append(turn)
@@ -177,6 +186,8 @@ def summarise(scored: list[Scored], settings: EvalSettings, max_tokens: int) -> 
         "by_length": {
             name: match_rates(lengths[name]) for name in length_bucket_names() if name in lengths
         },
+        "new_content_rate": rate(len(contents.get("new", [])), sum(map(len, contents.values()))),
+        "by_content": {name: match_rates(contents[name]) for name in ("seen", "new") if contents},
         "pred_ms_p50": ms(percentile(latencies, 50)),
         "pred_ms_p90": ms(percentile(latencies, 90)),
         "exec_to_pred_ratio_p50": percentile([speed_ratio(t) for t in slow], 50),
@@ -242,5 +253,7 @@ async def evaluate(
 ) -> dict:
     answers = await predict_all(examples, predictor, settings.concurrency, progress)
     chosen = await replay_cascade(examples, answers, settings.cascade_threshold)
-    scored = [Scored(*turn) for turn in zip(examples, answers, chosen, strict=True)]
+    decode = predictor.prompt.builder.tokenizer.decode
+    new = [has_new_content(e.observation, decode(e.prompt_ids)) for e in examples]
+    scored = [Scored(*turn) for turn in zip(examples, answers, chosen, new, strict=True)]
     return summarise(scored, settings, predictor.max_tokens)

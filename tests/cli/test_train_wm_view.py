@@ -1,4 +1,5 @@
-"""train-wm's table: the headline with the near-miss rate, then family and length tables."""
+"""train-wm's table: the headline with the near-miss rate, then family, length and content
+tables."""
 
 from io import StringIO
 
@@ -23,6 +24,7 @@ def test_the_table_shows_near_misses_and_lengths_in_order(monkeypatch):
         "9-32": group(1.0, 1.0, 0.0),
     }
     report["by_source"] = {"lm": {"answered": 12, "matched": 6, "match_rate": 0.5}}
+    report["by_content"] = {"seen": group(0.75, 0.875, 0.0, 8), "new": group(0.0, 0.5, 0.25)}
     view.render_evaluation(report, json_output=False)
     text = buffer.getvalue()
     assert "near_miss_rate" in text and "0.125" in text
@@ -31,3 +33,9 @@ def test_the_table_shows_near_misses_and_lengths_in_order(monkeypatch):
     by_length = [row for row in cells if row[0] in ("9-32", "33-128", "129+")]
     assert [row[0] for row in by_length] == ["9-32", "33-128", "129+"]  # by size, not by name
     assert by_length[2] == ["129+", "4", "0.000", "0.250", "0.500"]
+    assert ["new lines", "4", "0.000", "0.500"] in cells and [
+        "all seen",
+        "8",
+        "0.750",
+        "0.875",
+    ] in cells

@@ -9,6 +9,7 @@ from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.world_model.config import EvalSettings
 from obsspec.world_model.evaluate import Scored, replay_cascade, report_keys, summarise
 from obsspec.world_model.examples import Example
+from obsspec.world_model.novelty import new_lines
 
 SILENT = "(no output)\n[exit code: 0]"
 
@@ -79,3 +80,25 @@ def test_near_misses_are_counted_apart_and_shown():
         }
     ]
     assert {"near_miss_rate", "near_miss_examples"} <= report_keys()
+
+
+def test_turns_that_print_what_the_context_never_showed_are_scored_apart():
+    seen, new = "listing.csv\n[exit code: 0]", "9f86d081884c  data.csv\n[exit code: 0]"
+    examples = [example(1, "ls", seen), example(2, "sha256sum data.csv", new)]
+    answers = [Prediction(seen, "lm", 0.9, latency_s=0.1), None]
+    scored = [Scored(examples[0], answers[0], None, False), Scored(examples[1], None, None, True)]
+    report = summarise(scored, EvalSettings(), max_tokens=2)
+    assert report["new_content_rate"] == pytest.approx(1 / 2)
+    assert report["by_content"]["seen"]["match_rate_wm"] == 1.0
+    assert report["by_content"]["new"]["match_rate_wm"] == 0.0
+    unknown = summarise([Scored(examples[0], None, None)], EvalSettings(), max_tokens=2)
+    assert unknown["new_content_rate"] is None and unknown["by_content"] == {}
+
+
+def test_new_content_is_a_long_line_the_context_does_not_contain():
+    context = "<|im_start|>user\nls\n<|im_end|>\nlisting.csv\nreport.txt\n[exit code: 0]"
+    assert new_lines("report.txt\nlisting.csv\n[exit code: 0]", context) == []
+    assert new_lines("3\nok\n[exit code: 1]", "") == []  # short lines and the status line
+    assert new_lines("(no output)\n[exit code: 0]", "") == []  # the format's own
+    fresh = "9f86d081884c7d65  data.csv"
+    assert new_lines(f"listing.csv\n{fresh}\n[exit code: 0]", context) == [fresh]

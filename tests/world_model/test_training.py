@@ -25,6 +25,8 @@ EVAL_KEYS = {
     "by_source",
     "by_family",
     "by_length",
+    "new_content_rate",
+    "by_content",
     "pred_ms_p50",
     "pred_ms_p90",
     "exec_to_pred_ratio_p50",
@@ -113,6 +115,7 @@ def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir,
     evaluation = summary["evaluation"]
     assert set(evaluation) >= EVAL_KEYS and evaluation["turns"] == 12
     assert evaluation["over_max_tokens"] == 0  # answers may be as long as the longest turn
+    assert sum(group["turns"] for group in evaluation["by_content"].values()) == 12
     # mkdir -p and echo are certain: the rules answer them, exactly, whatever the model says
     assert evaluation["by_source"]["rules/mkdir"]["match_rate"] == 1.0
     assert evaluation["cascade_match_rate"] >= 8 / 12
