@@ -121,7 +121,7 @@ def labelled_loss_sum(model, ids, attention, labels):
     wanted = ids[:, 1:][targets]  # [n]
     if picked.shape[0] > LOGITS_CHUNK:
         losses = -target_logprobs(head, picked, wanted, LOGITS_CHUNK)
-    else:
-        losses = F.cross_entropy(head(picked).float(), wanted, reduction="none")  # [n, vocab] in
+    else:  # the [n, vocab] logits exist only inside this call
+        losses = F.cross_entropy(head(picked).float(), wanted, reduction="none")
     chosen = weights[targets]  # [n]
     return (losses * chosen).sum(), float(chosen.sum().item())
