@@ -19,6 +19,10 @@ from tests.sft.test_sft import greeting_tasks
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rl_cpu_smoke.toml"
 # The smoke config, made small enough for a tiny model in CI.
+# The trainer computes in float32 on every CPU: runs compared "within float rounding" (resumed,
+# sharded) must not depend on whether this CPU has native bfloat16 (where `auto` picks it, a
+# sharded run computes wholly in bfloat16 and a single process only autocasts: their step-1
+# policy losses differed by 2e-3, their gradient norms by 3%).
 TINY_FLAGS = (
     "--config",
     str(EXAMPLE),
@@ -28,6 +32,8 @@ TINY_FLAGS = (
     "24",
     "--group-size",
     "2",
+    "--set",
+    "grpo.dtype=float32",
 )
 
 
