@@ -157,7 +157,10 @@ async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):
         )
         for i in range(40)
     ]
-    await asyncio.sleep(0.5)
+    # Long enough for the flood to reach the engine first, short enough that a fast CPU has
+    # not worked through it yet (half a second was: both requests then met an empty queue).
+    await asyncio.sleep(0.05)
+    queued = sum(not task.done() for task in flood)
     urgent, late = await asyncio.gather(
         tiny_engine.generate(prompt, Sampling(max_tokens=2), priority=-1),
         tiny_engine.generate(prompt, Sampling(max_tokens=2), priority=10),
@@ -165,6 +168,7 @@ async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):
     for task in flood:
         task.cancel()
     await asyncio.gather(*flood, return_exceptions=True)
+    assert queued == len(flood), f"only {queued} of the flood were still queued: make it longer"
     assert ttft(urgent) < alone + 1.0
     assert ttft(late) > 3 * ttft(urgent)
 
