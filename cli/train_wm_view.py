@@ -31,6 +31,17 @@ HEADLINE = (
 )
 
 
+def rates_table(title: str, first: str, groups: dict[str, dict], near_miss: bool = False):
+    """One row per group: its turns, the world model's and the cascade's match rates (and the
+    near-miss rate)."""
+    keys = ["match_rate_wm", "cascade_match_rate"] + (["near_miss_rate"] if near_miss else [])
+    names = ["world model", "cascade"] + (["near miss"] if near_miss else [])
+    table = Table(first, "turns", *names, title=title)
+    for name, g in groups.items():
+        table.add_row(name, str(g["turns"]), *(fmt(g[key]) for key in keys))
+    return table
+
+
 def render_evaluation(report: dict, json_output: bool) -> None:
     if json_output:
         emit_json(report)
@@ -40,34 +51,16 @@ def render_evaluation(report: dict, json_output: bool) -> None:
         value = report.get(key)
         head.add_row(key, f"{value:.0f}" if "_ms_" in key and value is not None else fmt(value))
     out.print(head)
-    families = Table("family", "turns", "world model", "cascade", title="by command family")
-    for name, g in report["by_family"].items():
-        families.add_row(
-            name, str(g["turns"]), fmt(g["match_rate_wm"]), fmt(g["cascade_match_rate"])
-        )
-    out.print(families)
-    lengths = Table("tokens", "turns", "world model", "cascade", "near miss", title="by length")
+    out.print(rates_table("by command family", "family", report["by_family"]))
     from obsspec.world_model.evaluate import length_bucket_names  # not at every CLI start
 
     by_length = report["by_length"]
-    for name in (name for name in length_bucket_names() if name in by_length):
-        g = by_length[name]
-        lengths.add_row(
-            name,
-            str(g["turns"]),
-            fmt(g["match_rate_wm"]),
-            fmt(g["cascade_match_rate"]),
-            fmt(g["near_miss_rate"]),
-        )
-    out.print(lengths)
-    contents = Table("output", "turns", "world model", "cascade", title="by content")
-    for name, g in report.get("by_content", {}).items():
-        label = "new lines" if name == "new" else "all seen"
-        contents.add_row(
-            label, str(g["turns"]), fmt(g["match_rate_wm"]), fmt(g["cascade_match_rate"])
-        )
-    if contents.row_count:
-        out.print(contents)
+    ordered = {name: by_length[name] for name in length_bucket_names() if name in by_length}
+    out.print(rates_table("by length", "tokens", ordered, near_miss=True))
+    labels = {"seen": "all seen", "new": "new lines"}
+    contents = {labels[name]: g for name, g in report.get("by_content", {}).items()}
+    if contents:
+        out.print(rates_table("by content", "output", contents))
     sources = Table("source", "answered", "matched", "match rate", title="cascade answers")
     for name, g in report["by_source"].items():
         sources.add_row(name, str(g["answered"]), str(g["matched"]), fmt(g["match_rate"]))
