@@ -6,9 +6,9 @@ concurrency 1; goal >= 3). Usage: python bench/collect_scaling.py [--model NAME|
 
 Both concurrencies share one vLLM engine in this process (loaded once) and one generated set
 of built-in tasks (images built before timing starts). Rounds alternate c1 and c8 so machine
-noise hits both alike. Placement: vLLM binds its threads to core 0; sandboxes are pinned to
-the last core (--sandbox-cpuset), as on a cluster where tools and inference do not share
-processors.
+noise hits both alike. Placement: obsspec's, as `obsspec collect` gives it with no setting
+(obsspec.rollout.cores: on 2 cores the engine on core 0, the sandboxes on core 1);
+--sandbox-cpuset overrides the sandboxes' cores.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def collect_once(tasks: Path, out: Path, concurrency: int, args, engine) -
             "concurrency": concurrency,
             "seed": 0,
             "limits": {"max_turns": args.max_turns, "max_tokens": args.max_tokens},
-            "sandbox_cpuset": args.sandbox_cpuset,
+            "sandbox_cpuset": args.placement.sandboxes,
         }
     )
     summary = await collect(config, GlobalConfig().paths.models_dir, engine=engine)
@@ -53,7 +53,9 @@ async def main(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         generate(root / "tasks", args.tasks, seed=0)
-        settings = EngineSettings(model=model, max_model_len=4096, kv_cache_gb=1.0)
+        settings = EngineSettings(
+            model=model, max_model_len=4096, kv_cache_gb=1.0, cpu_cores=args.placement.policy
+        )
         async with LocalVLLMEngine(settings) as engine:
             # Warm-up: builds every task image and runs the engine once, outside the timing.
             await collect_once(root / "tasks", root / "warmup", 8, args, engine)
@@ -70,8 +72,7 @@ async def main(args) -> dict:
     return {
         "model": str(model),
         "cores": os.cpu_count(),
-        "placement": "vLLM threads bound by vLLM (core 0); sandboxes on cpuset "
-        + args.sandbox_cpuset,
+        "placement": args.placement.as_dict(),
         "tasks": args.tasks,
         "max_turns": args.max_turns,
         "max_tokens": args.max_tokens,
@@ -93,6 +94,10 @@ if __name__ == "__main__":
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--sandbox-cpuset", default=str((os.cpu_count() or 1) - 1))
+    parser.add_argument("--sandbox-cpuset", default=None, help="[default: obsspec's placement]")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output)")
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    args = parser.parse_args()
+    from obsspec.rollout.cores import machine_plan
+
+    args.placement = machine_plan(world_model=False, fixed={"sandboxes": args.sandbox_cpuset})
+    print(json.dumps(asyncio.run(main(args)), indent=2))

@@ -3,22 +3,28 @@ several concurrency levels on the same unseen slow-command tasks.
 
 Prints one JSON object: per level N (episodes at once in each arm, as in an RL step) the
 latency reduction, the oracle's (the ceiling) and the fraction of it reached, each with its
-bootstrap 95% interval, the match rates, seconds per episode per arm and how many episodes
-really ran at once; `pays_most_at` (the level with the largest reduction); the placement of
-the engines and sandboxes on the machine's cores. Writes OUT/report.json, OUT/report.html and
+bootstrap 95% interval, the match rates, seconds per episode per arm, how many episodes
+really ran at once and how many waves ran in each arm order (`arm_orders`, with
+`arm_order_note` when a level had one order only: a level of one wave); `pays_most_at` (the
+level with the largest reduction); the placement of the engines and sandboxes on the
+machine's cores. Writes OUT/report.json, OUT/report.html and
 the plot OUT/profile_concurrency.png (reduction and fraction of the ceiling vs N, with
 intervals). Usage:
 
     python bench/profile_concurrency.py [--policy POLICY] [--world-model WM]
-        [--levels 1,4,8,16] [--tasks 8] [--task-seed 2] [--max-turns 10] [--max-tokens 128]
-        [--policy-cores auto] [--wm-cores auto] [--sandbox-cpuset auto] [--out DIR]
+        [--levels 1,4,8,16] [--tasks 8] [--episodes-per-task 1] [--task-seed 2]
+        [--max-turns 10] [--max-tokens 128]
+        [--policy-cores auto] [--wm-cores auto] [--sandbox-cpuset auto]
+        [--cpu-placement auto|off] [--out DIR]
 
 The tasks are `obsspec env generate --families workflow-ci --n TASKS --seed TASK_SEED` (seed
 2: neither `make demo`'s training tasks, seed 0, nor its profile tasks, seed 1). The policy
 and world model default to `make demo`'s (demo-run/policy, demo-run/wm). One profile run plays
 every level in order (`--concurrency 1,4,8,16`): the same episodes at each, one policy engine
-and one world-model engine loaded once. Placement: 'auto' leaves a role's cores to vLLM (both
-engines on core 0) and the sandboxes unpinned.
+and one world-model engine loaded once. Placement: 'auto' leaves a role's cores to obsspec's
+placement (what a user gets: obsspec.rollout.cores); `--cpu-placement off` leaves the roles no
+flag places to vLLM (both engines on core 0) and the sandboxes unpinned, as before obsspec
+placed them. The JSON's `placement` is the report's: where each role ran, and who chose.
 """
 
 from __future__ import annotations
@@ -42,12 +48,18 @@ LEVEL_KEYS = (
     "oracle_latency_reduction_ci95",
     "oracle_fraction",
     "oracle_fraction_ci95",
+    "match_rate_wm",
     "match_rate_attempted",
     "match_rate_used",
+    "predictor_speedup_p50",
     "exec_won_rate",
     "tokens_wasted_fraction",
     "lossless_violations",
     "episodes_at_once",
+    "arm_orders",  # waves that ran seq first / spec first: profile alternates them
+    "arm_order_note",  # set when a level's waves all ran in one order
+    "gate",  # the speculative arm's gate: decisions by reason, what it measured per load
+    "wm_prefix_cache",  # the world model engine's prefix-cache hits over the level
 )
 
 
@@ -79,6 +91,7 @@ def profile_config(args, tasks: Path, out: Path):
             "out": out / "profile",
             "overwrite": True,
             "seed": 0,
+            "episodes_per_task": args.episodes_per_task,
             "limits": {
                 "max_turns": args.max_turns,
                 "max_tokens": args.max_tokens,
@@ -90,6 +103,7 @@ def profile_config(args, tasks: Path, out: Path):
                 "wm_cpu_cores": cores(args.wm_cores),
             },
             "sandbox_cpuset": cores(args.sandbox_cpuset),
+            "cpu_placement": args.cpu_placement,
         }
     )
 
@@ -136,14 +150,10 @@ async def run(args, out: Path) -> dict:
         },
         "limits": {"max_turns": args.max_turns, "max_tokens": args.max_tokens},
         "levels": args.levels,
+        "episodes_per_task": args.episodes_per_task,
         "by_concurrency": levels,
         "pays_most_at": max(paying, key=lambda n: paying[n]) if paying else None,
-        "placement": {
-            "cores": os.cpu_count(),
-            "policy_engine_cores": args.policy_cores,
-            "world_model_engine_cores": args.wm_cores,
-            "sandbox_cpuset": args.sandbox_cpuset,
-        },
+        "placement": report["placement"],
         "wall_s": round(wall_s, 1),
         "report": str(config.out / "report.json"),
         "plot": None if plot is None else str(plot),
@@ -158,12 +168,24 @@ def main() -> None:
     parser.add_argument("--world-model", default=None, help="[default: demo-run/wm]")
     parser.add_argument("--levels", default="1,4,8,16", help="Concurrency levels, in order.")
     parser.add_argument("--tasks", type=int, default=8, help="Unseen workflow-ci tasks.")
+    parser.add_argument(
+        "--episodes-per-task",
+        type=int,
+        default=1,
+        help="Episodes per task: more than N episodes give level N two waves, one per arm order.",
+    )
     parser.add_argument("--task-seed", type=int, default=2)
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--policy-cores", default="auto", help="The policy engine's cores.")
     parser.add_argument("--wm-cores", default="auto", help="The world-model engine's cores.")
     parser.add_argument("--sandbox-cpuset", default="auto", help="The sandboxes' cores.")
+    parser.add_argument(
+        "--cpu-placement",
+        choices=("auto", "off"),
+        default="auto",
+        help="off: vLLM and Docker place the roles no flag places (the old default).",
+    )
     parser.add_argument(
         "--out", default=str(ROOT / "runs" / "profile-concurrency"), help="Runs and the plot."
     )

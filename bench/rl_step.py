@@ -9,19 +9,22 @@ Prints one JSON object (goals in brackets):
                       frozen (both speculative); each run's metrics.jsonl has the co-trainer's
                       wm_seconds and wm_forward_tokens per step
 
-Three runs of `obsspec rl` (the library, each its own local Ray cluster), in this order:
-speculative with co-training, sequential with co-training, speculative without. Each runs
---steps steps of --tasks-per-step groups of --group-size episodes; figures are sums over the
+Three runs of `obsspec rl` (the library, each its own local Ray cluster) per round: speculative
+with co-training, sequential with co-training, speculative without; the second round runs them
+in the reverse order, and so on (ABC CBA: over two rounds no arm is favoured by a machine
+whose load drifts; `arm_order` in the JSON lists each round's). Each run is --steps steps of
+--tasks-per-step groups of --group-size episodes; figures are sums over the rounds and their
 steps after the first (--skip-first, default 1: it pays engine warm-up and cold caches).
 Usage:
 
     python bench/rl_step.py [--tasks TASKS] [--policy POLICY] [--world-model WM] [--steps 3]
-        [--group-size 4] [--tasks-per-step 2] [--max-turns 10] [--max-tokens 128]
-        [--policy-cores 0] [--wm-cores N-1] [--sandbox-cpuset N-1] [--json]
+        [--rounds 2] [--group-size 4] [--tasks-per-step 2] [--max-turns 10]
+        [--max-tokens 128] [--policy-cores auto] [--wm-cores auto] [--sandbox-cpuset auto]
+        [--json]
 
-Placement (reported in the output): the policy engine's threads on --policy-cores, the world
-model's on --wm-cores, the sandboxes on --sandbox-cpuset ('auto': vLLM's choice, which puts
-both engines on core 0; the sandboxes anywhere). The trainers use every core while the
+Placement (reported in the output, as each run's manifest records it): 'auto' is obsspec's
+(obsspec.rollout.cores: on 2 cores the policy engine on core 0, the world model's engine and
+the sandboxes on core 1); a flag overrides its role. The trainers use every core while the
 engines idle, so the co-trainer competes with the policy trainer, and the 1.05 goal, which
 presumes it has its own GPU, is not expected to hold on one CPU machine; on a cluster give it
 `placement.wm_trainer_gpus`.
@@ -36,6 +39,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+# name -> (speculate, cotrain); a round runs them in this order, the next in reverse
+ARMS = {
+    "speculative": (True, True),
+    "sequential": (False, True),
+    "frozen-wm": (True, False),
+}
 
 
 def arm_config(args, out: Path, *, speculate: bool, cotrain: bool):
@@ -89,8 +99,34 @@ def builtin_tasks(out: Path) -> Path:
     return out
 
 
-def total(rows: list[dict], key: str, skip: int) -> float:
-    return sum(row[key] for row in rows[skip:])
+def run_rounds(args, root: Path) -> tuple[dict[str, list[list[dict]]], list[str]]:
+    """Per arm, each round's metrics rows; and each round's order ("a,b,c")."""
+    runs: dict[str, list[list[dict]]] = {name: [] for name in ARMS}
+    orders = []
+    for r in range(args.rounds):
+        order = list(ARMS) if r % 2 == 0 else list(ARMS)[::-1]
+        orders.append(",".join(order))
+        for name in order:
+            speculate, cotrain = ARMS[name]
+            rows = run_arm(args, root / f"round-{r}", name, speculate=speculate, cotrain=cotrain)
+            runs[name].append(rows)
+    return runs, orders
+
+
+def placement_of(run: Path) -> list | None:
+    """Where a run's rollout workers placed their engines and sandboxes (its manifest)."""
+    from obsspec.rl.run_files import RLRunDir
+
+    return RLRunDir(run).read_manifest().get("placement")
+
+
+def total(rounds: list[list[dict]], key: str, skip: int) -> float:
+    """The sum of `key` over every round's steps after its first `skip`."""
+    return sum(row[key] for rows in rounds for row in rows[skip:])
+
+
+def per_round(rounds: list[list[dict]], key: str) -> list[list]:
+    return [[row[key] for row in rows] for rows in rounds]
 
 
 def main() -> None:
@@ -101,21 +137,25 @@ def main() -> None:
     parser.add_argument("--policy", default=None, help="Policy [default: the default model].")
     parser.add_argument("--world-model", default=None)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="Rounds of the three runs, order reversed each."
+    )
     parser.add_argument("--skip-first", type=int, default=1)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--tasks-per-step", type=int, default=2)
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    last = str((os.cpu_count() or 1) - 1)
-    parser.add_argument("--policy-cores", default="0", help="The policy engine's cores.")
-    parser.add_argument("--wm-cores", default=last, help="The world-model engine's cores.")
-    parser.add_argument("--sandbox-cpuset", default=last, help="The sandboxes' cores.")
+    parser.add_argument("--policy-cores", default="auto", help="The policy engine's cores.")
+    parser.add_argument("--wm-cores", default="auto", help="The world-model engine's cores.")
+    parser.add_argument("--sandbox-cpuset", default="auto", help="The sandboxes' cores.")
     parser.add_argument("--out", default=None, help="Keep the runs here [default: a temp dir].")
     parser.add_argument("--json", action="store_true", help="Only the JSON on stdout.")
     args = parser.parse_args()
     if args.steps <= args.skip_first:
         parser.error("--steps must exceed --skip-first")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from obsspec.config import GlobalConfig
 
@@ -123,28 +163,37 @@ def main() -> None:
         root = Path(args.out or tmp)
         args.tasks = args.tasks or str(builtin_tasks(root / "tasks"))
         args.policy = args.policy or GlobalConfig().default_model
-        spec = run_arm(args, root, "speculative", speculate=True, cotrain=True)
-        seq = run_arm(args, root, "sequential", speculate=False, cotrain=True)
-        frozen = run_arm(args, root, "frozen-wm", speculate=True, cotrain=False)
+        runs, orders = run_rounds(args, root)
+        placed = placement_of(root / "round-0" / "speculative")  # (the temp dir goes next)
+    spec, seq, frozen = runs["speculative"], runs["sequential"], runs["frozen-wm"]
     skip = args.skip_first
     result = {
         "rollout_speedup": total(seq, "rollout_seconds", skip)
         / total(spec, "rollout_seconds", skip),
         "cotrain_overhead": total(spec, "step_seconds", skip) / total(frozen, "step_seconds", skip),
-        "steps_counted": args.steps - skip,
-        "spec_match_rate": [row["spec_match_rate"] for row in spec],
+        "steps_counted": (args.steps - skip) * args.rounds,
+        "rounds": args.rounds,
+        "arm_order": orders,
+        # per round, per step
+        "spec_match_rate": per_round(spec, "spec_match_rate"),
         "rollout_seconds": {
-            "speculative": [row["rollout_seconds"] for row in spec],
-            "sequential": [row["rollout_seconds"] for row in seq],
-            "frozen_wm": [row["rollout_seconds"] for row in frozen],
+            "speculative": per_round(spec, "rollout_seconds"),
+            "sequential": per_round(seq, "rollout_seconds"),
+            "frozen_wm": per_round(frozen, "rollout_seconds"),
         },
         "step_seconds": {
-            "speculative": [row["step_seconds"] for row in spec],
-            "frozen_wm": [row["step_seconds"] for row in frozen],
+            "speculative": per_round(spec, "step_seconds"),
+            "frozen_wm": per_round(frozen, "step_seconds"),
         },
-        "placement": f"one machine, {os.cpu_count()} CPUs: policy engine on "
-        f"{args.policy_cores}, world-model engine on {args.wm_cores}, sandboxes on "
-        f"{args.sandbox_cpuset}; both trainers on every core while the engines idle",
+        "placement": {
+            "flags": {
+                "policy_cores": args.policy_cores,
+                "wm_cores": args.wm_cores,
+                "sandbox_cpuset": args.sandbox_cpuset,
+            },
+            "rollout_workers": placed,
+            "trainers": "every core, while the engines idle",
+        },
     }
     print(json.dumps(result, indent=None if args.json else 2))
 

@@ -26,12 +26,16 @@ The workload is controlled: the policy's replies are scripted (`sleep D; echo st
 done; the fast workload drops the sleep), each paced by a real generation of --reply-tokens
 tokens on the real vLLM engine (same prompt, seed and priority: obsspec.inference.scripted
 .PacedEngine), in real Docker sandboxes. So generation times, scheduling and aborts are real
-while every arm sees the same episodes. Arms are interleaved round by round (seq, oracle, miss,
-then fast seq and fast auto in ABBA order) so machine noise hits all alike; sums are pooled
-over rounds. Each sandbox starts before its episode's timer, so no container starts during a
-timed episode.
-Placement: vLLM binds its threads to core 0; sandboxes are pinned to --sandbox-cpuset (the last
-core), as on a cluster where tools and inference do not share processors.
+while every arm sees the same episodes. Arms are interleaved round by round so machine noise
+hits all alike: the slow rounds alternate seq, miss, oracle and miss, seq, oracle (seq and
+miss swap places, ABBA over two rounds; the oracle replays the round's seq episode, so it
+comes after it), then fast seq and fast auto in ABBA order; `arm_order` in the JSON lists
+each round's order. Sums are pooled over rounds. Each sandbox starts before its episode's
+timer, so no container starts during a timed episode.
+Placement: obsspec's (obsspec.rollout.cores: on 2 cores the engine on core 0, the sandboxes
+on core 1); --sandbox-cpuset overrides the sandboxes' cores. --pin-driver also pins this
+process (event loop, tokenisation, Docker I/O) to the sandboxes' cores, a tuning no user gets:
+report it beside the default.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ import time
 
 SLOW_SECONDS = [0.6, 1.2, 0.9, 1.5, 0.7, 1.1]  # per command of the slow workload
 FAST_COMMANDS = 6
+# The slow rounds' orders, taken in turn: neither seq nor miss always goes first, and the
+# oracle, which replays the round's seq episode, is last in both.
+SLOW_ORDERS = (("seq", "miss", "oracle"), ("miss", "seq", "oracle"))
+FAST_ORDERS = (("fast_seq", "fast_auto"), ("fast_auto", "fast_seq"))
 
 
 class WrongPredictor:
@@ -118,6 +126,25 @@ def gate_no_harm(pairs) -> float:
     return sum(auto.agent_s for _, auto in pairs) / sum(seq.agent_s for seq, _ in pairs)
 
 
+async def slow_round(r: int, ctx, arms: dict, always) -> tuple[str, ...]:
+    """Round r of the slow arms, in its order (SLOW_ORDERS); returns the order."""
+    from obsspec.speculation.runner import SpeculativeLoop
+    from obsspec.world_model.oracle import OraclePredictor
+
+    played = {}
+    for name in SLOW_ORDERS[r % 2]:
+        if name == "seq":
+            loop = None
+        elif name == "oracle":
+            oracle = OraclePredictor.from_rows([played["seq"].to_dict()])
+            loop = SpeculativeLoop(oracle, settings=always)
+        else:
+            loop = SpeculativeLoop(WrongPredictor(), settings=always)
+        played[name] = await play_episode(slow_workload(), r, ctx, loop)
+        arms[name].add(played[name])
+    return SLOW_ORDERS[r % 2]
+
+
 class Arm:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -173,7 +200,6 @@ async def main(args) -> dict:
     from obsspec.speculation.gate import GateMode, GateSettings
     from obsspec.speculation.runner import SpeculativeLoop
     from obsspec.speculation.settings import SpeculationSettings
-    from obsspec.world_model.oracle import OraclePredictor
 
     config = GlobalConfig()
     model = resolve_model(args.model, config.paths.models_dir)
@@ -183,38 +209,30 @@ async def main(args) -> dict:
     auto = SpeculationSettings(gate=GateSettings(mode=GateMode.auto))
     arms = {name: Arm(name) for name in ("seq", "oracle", "miss", "fast_seq", "fast_auto")}
     auto_loop = SpeculativeLoop(WrongPredictor(), settings=auto)  # learns across rounds
+    orders: dict[str, list[str]] = {"slow_rounds": [], "fast_pairs": []}
     with run_scope("bench-runner") as (client, run_id):
-        sandbox_limits = SandboxLimits(cpuset=args.sandbox_cpuset)
-        settings = EngineSettings(model=model, max_model_len=4096, kv_cache_gb=1.0)
+        plan = args.placement
+        sandbox_limits = SandboxLimits(cpuset=plan.sandboxes)
+        settings = EngineSettings(
+            model=model, max_model_len=4096, kv_cache_gb=1.0, cpu_cores=plan.policy
+        )
         async with (
             LocalVLLMEngine(settings) as engine,
             # size 0: each episode's sandbox starts before its timer, and no container starts
             # in the background while another episode is timed
             SandboxPool(client, config.base_image, sandbox_limits, size=0, run_id=run_id) as pool,
         ):
-            # vLLM binds its threads to core 0; this process (event loop, tokenisation, Docker
-            # I/O) joins the sandboxes on the other cores, as on a cluster.
-            os.sched_setaffinity(0, parse_cores(args.sandbox_cpuset))
+            if args.pin_driver and plan.sandboxes:  # a tuning: this process joins the sandboxes
+                os.sched_setaffinity(0, parse_cores(plan.sandboxes))
             ctx = Context(engine, builder, pool, limits, args.reply_tokens)
             await play_episode(fast_workload(), 0, ctx)  # warm-up, untimed
             for r in range(args.rounds):
                 print(f"-- slow round {r + 1}/{args.rounds}", file=sys.stderr)
-                seq = await play_episode(slow_workload(), r, ctx)
-                arms["seq"].add(seq)
-                oracle = OraclePredictor.from_rows([seq.to_dict()])
-                arms["oracle"].add(
-                    await play_episode(
-                        slow_workload(), r, ctx, SpeculativeLoop(oracle, settings=always)
-                    )
-                )
-                arms["miss"].add(
-                    await play_episode(
-                        slow_workload(), r, ctx, SpeculativeLoop(WrongPredictor(), settings=always)
-                    )
-                )
+                orders["slow_rounds"].append(",".join(await slow_round(r, ctx, arms, always)))
             for k in range(args.fast_pairs):  # ABBA: neither arm always goes first
                 print(f"-- fast pair {k + 1}/{args.fast_pairs}", file=sys.stderr)
-                order = ("fast_seq", "fast_auto") if k % 2 == 0 else ("fast_auto", "fast_seq")
+                order = FAST_ORDERS[k % 2]
+                orders["fast_pairs"].append(",".join(order))
                 for name in order:
                     loop = auto_loop if name == "fast_auto" else None
                     arms[name].add(await play_episode(fast_workload(), 100 + k, ctx, loop))
@@ -253,14 +271,15 @@ async def main(args) -> dict:
         "ideal_saving_s": round(ideal, 3),
         "achieved_saving_s": round(achieved, 3),
         "arms": {name: arm.summary() for name, arm in arms.items()},
+        "arm_order": orders,
         "model": str(model),
         "reply_tokens": args.reply_tokens,
         "rounds": args.rounds,
         "fast_pairs": args.fast_pairs,
         "slow_command_seconds": SLOW_SECONDS,
         "cores": os.cpu_count(),
-        "placement": "vLLM threads bound by vLLM (core 0); sandboxes on cpuset "
-        + args.sandbox_cpuset,
+        "placement": args.placement.as_dict(),
+        "driver_pinned": args.pin_driver,
     }
 
 
@@ -272,6 +291,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of the slow arms.")
     parser.add_argument("--fast-pairs", type=int, default=12, help="Fast seq/auto pairs.")
     parser.add_argument("--reply-tokens", type=int, default=24, help="Tokens per paced reply.")
-    parser.add_argument("--sandbox-cpuset", default=str((os.cpu_count() or 1) - 1))
+    parser.add_argument("--sandbox-cpuset", default=None, help="[default: obsspec's placement]")
+    parser.add_argument("--pin-driver", action="store_true", help="Pin this process too.")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output)")
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    args = parser.parse_args()
+    from obsspec.rollout.cores import machine_plan
+
+    args.placement = machine_plan(world_model=False, fixed={"sandboxes": args.sandbox_cpuset})
+    print(json.dumps(asyncio.run(main(args)), indent=2))

@@ -15,8 +15,8 @@ What the caller brings, each a small protocol:
                    progress)`, `stats()`, `load_weights(dir, version)`, `aclose()`. Ours:
                    LocalVLLMEngine (vLLM in process), OpenAIEngine (a server such as `vllm
                    serve`, which must return token ids), ScriptedEngine (deterministic, tests)
-    wm_engine      the world model's Engine (any of the same), or None: the state cache and
-                   shell rules only
+    wm_engine      the world model's Engine (any of the same), or None: the state cache,
+                   shell rules and repeats only
     sandboxes      a SandboxProvider: `acquire() -> Sandbox` and `release(sandbox)`; a Sandbox
                    runs commands (`run`, `run_fresh`), copies files in (`upload`), reads them
                    back (`read_file`) and closes (`aclose`); see environments.sandbox_protocol.
@@ -50,6 +50,7 @@ from obsspec.inference.scripted import ScriptedEngine
 from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import EngineOptions
+from obsspec.rollout.cores import CorePlan
 from obsspec.rollout.speculation import speculative_loop
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.totals import SpeculationTotals
@@ -57,6 +58,7 @@ from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
 from obsspec.types import ExecResult, longest_observation_chars
 
 __all__ = [
+    "CorePlan",
     "Engine",
     "EngineSettings",
     "EpisodeLimits",
@@ -81,6 +83,7 @@ __all__ = [
     "docker_sandboxes",
     "load_task",
     "load_tokenizer",
+    "placement",
     "speculation_records",
     "speculation_summary",
     "task_image",
@@ -92,7 +95,7 @@ class Speculator:
 
     tokenizer      the policy's (transformers) tokenizer: contexts are built with its chat
                    template, exactly as the policy engine will see them
-    world_model    the world model's Engine, or None (state cache and rules only); it must
+    world_model    the world model's Engine, or None (state cache, rules, repeats); it must
                    share the policy's tokenizer
     limits         turns, tokens per reply, temperature, action format (EpisodeLimits)
     settings       depth, breadth, gate, prediction timeout (SpeculationSettings)
@@ -163,14 +166,38 @@ def speculation_summary(trajectories: Iterable[Trajectory]) -> dict:
     return totals.summary()
 
 
+def placement(*, world_model: bool = True, platform: str | None = None) -> CorePlan:
+    """Where obsspec would run a policy engine, a world model's engine (world_model) and the
+    sandboxes on this machine's CPUs, as `obsspec collect` and `profile` place them
+    (obsspec.rollout.cores); on a GPU build (platform 'cuda', detected unless given) nothing
+    is pinned. Use it for the engines and sandboxes you start:
+
+        plan = api.placement()
+        policy = api.LocalVLLMEngine(api.EngineSettings(model=policy_dir, cpu_cores=plan.policy))
+        wm = api.LocalVLLMEngine(api.EngineSettings(model=wm_dir, cpu_cores=plan.world_model))
+        async with api.docker_sandboxes(task, size=4, cpuset=plan.sandboxes) as sandboxes: ...
+
+    Left unplaced, vLLM binds every CPU engine to the same core, and the world model's
+    engine then slows the policy's."""
+    from obsspec.inference.vllm_settings import current_platform_kind
+    from obsspec.rollout.cores import machine_plan
+
+    return machine_plan(world_model=world_model, platform=platform or current_platform_kind())
+
+
 @contextlib.asynccontextmanager
 async def docker_sandboxes(
-    task: Task, *, size: int = 1, image_map: Mapping[str, str] | None = None
+    task: Task,
+    *,
+    size: int = 1,
+    image_map: Mapping[str, str] | None = None,
+    cpuset: str | None = None,
 ) -> AsyncIterator[SandboxProvider]:
     """A warm pool of Docker sandboxes of `task`'s image (built if needed, cached by the task's
     content; `image_map` builds on local images where its Dockerfile says FROM a registry
     image: {"python:3.13-slim": "obsspec/base"}); every container it started is removed
-    however the block ends:
+    however the block ends (cpuset: the cores they run on, e.g. `placement().sandboxes`;
+    default: any):
 
         async with api.docker_sandboxes(task, size=4) as sandboxes:
             trajectories = await asyncio.gather(*(speculator.play(task, sandboxes, engine,
@@ -181,7 +208,10 @@ async def docker_sandboxes(
 
     with run_scope("api") as (client, run_id):
         image = await task_image(task, image_map=image_map)
-        async with SandboxPool(client, image, task.limits, size=size, run_id=run_id) as pool:
+        limits = (
+            task.limits if cpuset is None else task.limits.model_copy(update={"cpuset": cpuset})
+        )
+        async with SandboxPool(client, image, limits, size=size, run_id=run_id) as pool:
             yield pool
 
 

@@ -49,6 +49,7 @@ def run_checks(config: GlobalConfig) -> list[Check]:
         guarded("ray", check_ray),
         *check_docker_and_image(config),
         guarded("default model", lambda: check_model(config)),
+        guarded("placement", check_placement),
     ]
     return checks
 
@@ -128,6 +129,20 @@ def vllm_hint(last_error: str, build: str) -> str:
             "pip uninstall torchvision torchaudio torchcodec"
         )
     return "reinstall with: make setup"
+
+
+def check_placement() -> Check:
+    """Where a speculative run's roles would go on this machine by default (the CPU build;
+    on a GPU build the engines' GPU shares decide)."""
+    from obsspec.rollout.cores import machine_plan
+
+    platform_kind = "cuda" if installed_vllm_distribution() == "vllm" else "cpu"
+    plan = machine_plan(platform=platform_kind)
+    hint = ""
+    if plan.physical < 2 and platform_kind == "cpu":
+        hint = "with one core every role shares it: speculation rarely pays here"
+    detail = plan.describe().removeprefix("placement ")
+    return Check("placement", "warn" if hint else "ok", f"by default {detail}", hint)
 
 
 def check_ray() -> Check:

@@ -127,7 +127,9 @@ async def main() -> None:
         policy = await stack.enter_async_context(api.OpenAIEngine(args.server, args.served_name))
         wm = None
         if args.world_model:
-            settings = api.EngineSettings(model=Path(args.world_model))
+            # Off the core a local policy server's engine takes (obsspec's placement).
+            cores = api.placement().world_model
+            settings = api.EngineSettings(model=Path(args.world_model), cpu_cores=cores)
             wm = await stack.enter_async_context(api.LocalVLLMEngine(settings))
         speculator = api.Speculator(api.load_tokenizer(args.tokenizer), world_model=wm)
         out = await rollout(batch, policy, speculator)

@@ -59,6 +59,9 @@ class RolloutActor(OnANode):
     async def progress(self):
         return self.worker.progress
 
+    async def placement(self) -> dict:
+        return self.worker.placement()
+
     async def load_policy(self, weights: Path, version: int) -> None:
         await self.worker.load_policy(weights, version)
 
@@ -230,6 +233,7 @@ class Roles:
     engine_processes: list[tuple[str, int]] = field(default_factory=list)
     placed: Placed = field(default_factory=Placed)
     nodes: dict[str, str] = field(default_factory=dict)  # "rollout worker 0" -> node id
+    cores: list[dict] = field(default_factory=list)  # each rollout worker's CorePlan.as_dict()
 
     @classmethod
     async def start(
@@ -281,6 +285,7 @@ class Roles:
         skipped = await asyncio.gather(*(w.start.remote(restore) for w in workers))
         for listed in await asyncio.gather(*(w.engine_processes.remote() for w in workers)):
             roles.engine_processes += listed
+        roles.cores = list(await asyncio.gather(*(w.placement.remote() for w in workers)))
         await trainers_started
         if wm_trainer is not None:  # it loads in its constructor; a call waits for it
             await wm_trainer.__ray_ready__.remote()

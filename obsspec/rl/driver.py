@@ -46,6 +46,7 @@ from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
 from obsspec.rl.weight_sync import EngineSync
+from obsspec.rollout.cores import CorePlan
 from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.plan import load_task_set
 from obsspec.rollout.ray_workers import actor_result, init_ray
@@ -177,6 +178,10 @@ class Loop:
         )
         skipped |= skipped_there
         self.on_event(Note(roles.where()))
+        for index, cores in enumerate(roles.cores):
+            self.on_event(Note(f"rollout worker {index}: {CorePlan.of(cores).describe()}"))
+        self.manifest["placement"] = roles.cores
+        self.run_dir.write_manifest(self.manifest)
         board = None
         try:
             for task_id, reason in skipped.items():
@@ -368,6 +373,7 @@ class Loop:
             "steps_this_run": self.done - self.first,
             "last_checkpoint": self.checkpoint and self.checkpoint.name,
             "last": self.last_row,
+            "placement": self.manifest.get("placement"),
         }
 
 

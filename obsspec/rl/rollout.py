@@ -62,8 +62,15 @@ class RolloutWorker:
             )
         self.config = config
         self.progress = WorkerProgress()
+        p = config.placement
+        local = p.ray_address is None  # a local cluster: the workers share this machine
         self.session = RolloutSession(
-            config.session_settings(), models_dir, tasks, name=f"rl-w{index}", seed=config.seed
+            config.session_settings(),
+            models_dir,
+            tasks,
+            name=f"rl-w{index}",
+            seed=config.seed,
+            share=(index, p.rollout_workers) if local else (0, 1),
         )
 
     async def start(self, restore: Restore = Restore()) -> dict[str, str]:
@@ -75,6 +82,10 @@ class RolloutWorker:
         if restore.world_model is not None:
             await self.load_world_model(restore.world_model)
         return dict(self.session.skipped)
+
+    def placement(self) -> dict:
+        """Where this worker's engines and sandboxes run (obsspec.rollout.cores)."""
+        return self.session.opened_placement().as_dict()
 
     async def rollout(self, episodes: list[EpisodeSpec], *, speculate: bool) -> list:
         """Each episode's (trajectory, attempts that took), in order; None where the

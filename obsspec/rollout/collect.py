@@ -142,6 +142,9 @@ async def run_workers(
             run_id,
             f"shard-{session}-w{index:02d}",
             index,
+            # A local Ray cluster's workers share this machine's cores: each places its
+            # engines in its own slice. On a joined cluster each node's cores are its own.
+            share=(index, workers) if config.workers and not config.ray_address else (0, 1),
         )
         for index in range(workers)
     ]

@@ -28,6 +28,7 @@ from obsspec.config import (
 )
 from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Overrides
+from obsspec.rollout.cores import PlacementMode
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.types import longest_observation_chars
 
@@ -80,7 +81,8 @@ class EngineOptions(StrictModel):
     cpu_cores: str | None = Field(
         default=None,
         pattern=CORE_LIST,
-        description="CPU build: the policy engine's cores, e.g. '0' [default: vLLM's choice].",
+        description="CPU build: the policy engine's cores, e.g. '0' [default: obsspec's "
+        "placement (`cpu_placement`)].",
     )
 
 
@@ -126,7 +128,7 @@ class SpeculationConfig(SpeculationSettings):
         default=None,
         pattern=CORE_LIST,
         description="CPU build: the world-model engine's cores, e.g. '1', away from the "
-        "policy engine's [default: vLLM's choice, the same core as the policy's].",
+        "policy engine's [default: obsspec's placement (`cpu_placement`)].",
     )
 
     @model_validator(mode="after")
@@ -190,8 +192,15 @@ class RolloutSettings(TaskAccess):
     )
     sandbox_cpuset: str | None = Field(
         default=None,
-        description="Pin every sandbox to these cores (e.g. '1'), away from the engines', to "
-        "mimic a cluster where inference and tools do not share processors.",
+        pattern=CORE_LIST,
+        description="Pin every sandbox to these cores, e.g. '1' [default: obsspec's "
+        "placement, beside the world model's engine, away from the policy's].",
+    )
+    cpu_placement: PlacementMode = Field(
+        default=PlacementMode.auto,
+        description="CPU build: 'auto' places the engines and sandboxes that no cores "
+        "setting places (obsspec.rollout.cores); 'off' leaves them to vLLM (every engine on "
+        "the same core) and Docker.",
     )
 
     @model_validator(mode="before")

@@ -82,6 +82,7 @@ class WorkerReady:
 
     worker: int
     episodes: int
+    placement: dict | None = None  # obsspec.rollout.cores.CorePlan.as_dict()
 
 
 @dataclass(frozen=True)

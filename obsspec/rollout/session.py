@@ -7,6 +7,8 @@
 
 Opening it reads top to bottom:
 
+    place the engines it will start and the sandboxes on this machine's cores, unless the
+    settings do (obsspec.rollout.cores), and say where (a Note)
     connect to Docker under a fresh run id (its containers are removed however it ends), and
     remove the containers that dead runs on this host left behind (e.g. a killed collect)
     build the images of the planned tasks; a task whose image fails is reported through
@@ -39,6 +41,7 @@ from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import RolloutSettings
+from obsspec.rollout.cores import CorePlan, engines_here, place
 from obsspec.rollout.engines import (
     open_engine,
     open_world_model_engine,
@@ -72,13 +75,16 @@ class RolloutSession:
         engine: Engine | None = None,
         wm_engine: Engine | None = None,
         on_build_log: Callable[[str], None] = lambda _line: None,
+        share: tuple[int, int] = (0, 1),
     ) -> None:
         """settings: what to play with. tasks: those it may play. name: the Docker run id's
         prefix. planned: task id -> episodes to come (images are built, and sandbox pools
         sized, for these; default: every task, episodes announced later with `expect`).
         strict: a failed image build is raised, not skipped. seed: the engines' seed.
         engine, wm_engine: the policy's and the world model's engines, when the caller owns
-        them; otherwise the session starts them from settings and stops them on exit."""
+        them; otherwise the session starts them from settings and stops them on exit.
+        share: (index, count) of the sessions sharing this machine's cores (collect's local
+        Ray workers): each places its engines and sandboxes in its own slice."""
         self.settings = settings
         self.models_dir = models_dir
         self.tasks = {task.id: task for task in tasks}
@@ -88,6 +94,8 @@ class RolloutSession:
         self.strict = strict
         self.seed = seed
         self.on_build_log = on_build_log
+        self.share = share
+        self.placement: CorePlan | None = None  # where the roles run, once open
         self._engine = engine
         self._wm_engine = wm_engine
         self.images: dict[str, str] = {}
@@ -115,6 +123,13 @@ class RolloutSession:
         await self._stack.aclose()
 
     async def _open(self) -> None:
+        self.settings, self.placement = place(
+            self.settings,
+            engines_platform(self.settings, self._engine, self._wm_engine),
+            share=self.share,
+            given=(self._engine is not None, self._wm_engine is not None),
+        )
+        self.emit(Note(self.placement.describe()))
         settings = self.settings
         client, run_id = self._stack.enter_context(run_scope(self.name))
         # A run killed with SIGKILL leaves its containers; resuming it is the moment to go.
@@ -298,6 +313,18 @@ class RolloutSession:
         await self._wm_engine.load_weights(weights, self.wm_version + 1)
         self.wm_version += 1
 
+    @property
+    def world_model_engine(self) -> Engine | None:
+        """The engine the world model runs on; None when the session has none (an engine
+        handed in while speculation has no world model is not the world model's)."""
+        spec = self.settings.speculation
+        return self._wm_engine if spec.enabled and spec.world_model else None
+
+    def opened_placement(self) -> CorePlan:
+        if self.placement is None:
+            raise RuntimeError("RolloutSession is not open (use `async with`)")
+        return self.placement
+
     def _opened_policy(self) -> Policy:
         if self.policy is None:
             raise RuntimeError("RolloutSession is not open (use `async with`)")
@@ -307,3 +334,16 @@ class RolloutSession:
         if self._pools is None:
             raise RuntimeError("RolloutSession is not open (use `async with`)")
         return self._pools
+
+
+def engines_platform(
+    settings: RolloutSettings, engine: Engine | None, wm_engine: Engine | None
+) -> str:
+    """The platform of the engines the session will start ('cpu' when it starts none: then
+    there is nothing to place, and vLLM need not be imported to say so)."""
+    policy, world_model = engines_here(settings)
+    if not (policy and engine is None) and not (world_model and wm_engine is None):
+        return "cpu"
+    from obsspec.inference.vllm_settings import current_platform_kind
+
+    return current_platform_kind()

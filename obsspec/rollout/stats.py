@@ -36,6 +36,7 @@ class CollectStats:
     shards: int = 0
     saved: int = 0  # episodes in shards written by this invocation
     speculation: SpeculationTotals | None = None  # pooled over speculative episodes
+    placement: dict[int, dict] = field(default_factory=dict)  # worker -> its cores by role
 
     def update(self, event: Event) -> None:
         match event:
@@ -59,6 +60,8 @@ class CollectStats:
             case WorkerReady():
                 if self.collecting_since is None:
                     self.collecting_since = time.monotonic()
+                if event.placement is not None:
+                    self.placement[event.worker] = event.placement
             case ShardWritten():
                 self.shards += 1
                 self.saved += event.episodes
@@ -125,4 +128,11 @@ class CollectStats:
             "elapsed_s": round(self.elapsed_s, 2),
             "collecting_s": round(self.collecting_s, 2),
             "speculation": self.speculation.summary() if self.speculation else None,
+            "placement": self.placement_summary(),
         }
+
+    def placement_summary(self) -> dict | None:
+        """Where the roles ran: one worker's placement, or each worker's by index."""
+        if len(self.placement) <= 1:
+            return next(iter(self.placement.values()), None)
+        return {str(worker): plan for worker, plan in sorted(self.placement.items())}

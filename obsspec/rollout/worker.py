@@ -51,6 +51,7 @@ class WorkerJob:
     run_id: str  # the collection run (recorded in every row)
     shard_prefix: str  # unique per invocation and worker
     worker: int = 0
+    share: tuple[int, int] = (0, 1)  # (index, count) of the workers sharing this machine
 
 
 async def run_worker(
@@ -69,6 +70,7 @@ async def run_worker(
         strict=config.strict,
         engine=engine,
         wm_engine=wm_engine,
+        share=job.share,
     )
     try:
         await session.__aenter__()
@@ -84,7 +86,7 @@ async def run_worker(
             shard_seconds=config.shard_seconds,
             on_shard=lambda path, rows: emit(ShardWritten(job.worker, path.name, len(rows))),
         )
-        emit(WorkerReady(job.worker, len(items)))
+        emit(WorkerReady(job.worker, len(items), session.opened_placement().as_dict()))
         try:
             await run_items(job, items, session, writer, emit)
         finally:
