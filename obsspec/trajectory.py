@@ -21,7 +21,7 @@ class SpeculationRecord:
     Counts, not ratios: pooled rates are sums of these over turns and episodes."""
 
     attempted: bool = False  # the predictor was asked about this command's output
-    source: str = ""  # which predictor answered: state, cache, rules, lm, oracle
+    source: str = ""  # which predictor answered: state, cache, rules, repeat, lm, oracle
     predictions: int = 0  # distinct predictions it returned (at most the breadth)
     matched: bool = False  # a prediction equalled the real observation exactly
     exec_won: bool = False  # the real command finished before any prediction arrived
@@ -48,6 +48,9 @@ class SpeculationRecord:
     # The kept reply was still queued (no token yet) when its guess matched: it was aborted and
     # submitted again at real-work priority (same context and seed: the same reply).
     resubmitted: bool = False
+    # Why the gate let the world model be asked or not (obsspec.speculation.gate.GateReason);
+    # "" when it was not asked (the depth or turn limit, an invalid reply).
+    gate: str = ""
 
 
 @dataclass

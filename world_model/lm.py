@@ -20,6 +20,7 @@ SOURCE = WORLD_MODEL
 
 class LMPredictor:
     source = SOURCE  # what a cascade files this predictor's answers under, even when it has none
+    costly = True  # its answers take an engine's work (the gate may decline to ask it)
 
     def __init__(
         self, engine: Engine, prompt: WorldModelPrompt, *, max_tokens: int = 256, priority: int = 0

@@ -136,6 +136,8 @@ def step_row(
         "spec_wm_asked": rates["spec_wm_asked"],  # match_rate_wm's denominator
         # which predictor made the matches: cache (a context seen before), rules, lm (the WM)
         "spec_matched_by_source": matches_by_source(batch),
+        # the gate's decisions about the world model, by reason (asked, late, slowdown...)
+        "spec_gate": dict(sorted(totals.gate_reasons.items())) if speculate else None,
         "lossless_violations": totals.lossless_violations,
         "episodes": len(batch.trajectories),
         "failed_episodes": batch.failed_episodes,

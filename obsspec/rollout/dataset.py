@@ -51,6 +51,7 @@ SPECULATION = pa.struct(
         ("wm_matched_any", pa.bool_()),
         ("wm_near_miss", pa.bool_()),
         ("resubmitted", pa.bool_()),
+        ("gate", pa.string()),
     ]
 )
 TURN = pa.struct(

@@ -3,33 +3,46 @@
 The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmetic"):
 
     S = min(G, E - P)            seconds a hit saves: the next reply overlaps the command
-    p                            the chance that a prediction is exactly right
+    p = h * q                    the chance that a guess is exactly right (h) and arrives
+                                 before the command ends (q)
     L = running + waiting        requests the policy engine serves besides this one
-    speculate  iff  S >= min_saving_s  and
-                    p*S > (1 - p)*S*(waste_weight + contention*L) + overhead_s
+    C = commands running         in every episode sharing the loop, this one included
+    ask the world model  iff  S >= min_saving_s  and
+        p*S > (1 - p)*S*(waste_weight + contention*L) + P*(s_policy*L + s_commands*C) + overhead_s
 
     E  expected seconds of the command: an online mean per (task, command family), falling
        back to the family's, then to `prior_exec_s`. Every real execution updates it, so a
        family of fast commands stops being speculated on after its first run.
     G  expected seconds of a policy reply (online mean of real replies).
-    P  expected seconds of a prediction (online mean).
+    P  the world model's seconds to answer at the current load (below).
+    h  the command family's hit rate among answers, from `prior_hit_rate`.
     A miss wastes about S seconds of engine time, which counts as `waste_weight` seconds of
-    latency each (compute is not free even on an idle engine: with the default 0.1, an idle
-    engine is used only when p > 0.09), and it slows the L other requests by the fraction
-    `contention` each for that long; `overhead_s` is the fixed cost of an attempt (predictor
-    call, abort, bookkeeping).
+    latency each, and slows the L other requests by the fraction `contention` each for that
+    long; `overhead_s` is the fixed cost of an attempt.
 
-A predictor that changes (a world model co-trained during RL) makes old outcomes stale: with
-`hit_window` the hit rates count only the last outcomes, and with `explore_every` every N-th
-command the rule declined (one that could save time at all) is predicted anyway, so that a
-family written off early is tried again and a better world model gets noticed.
+What speculation actually returns is learned per regime (obsspec.speculation.regimes: how
+many episodes share the engines now): q, the share of the world model's answers that came
+before the command ended (an answer after it, no answer or a failure count against it, from
+`prior_on_time`); P, its latency at that load; and two slowdowns measured while it worked,
+s_policy (the policy's seconds per token, busy against idle) and s_commands (commands'
+seconds against their expectation): its P seconds of work cost every other reply and command
+that much. When the expected saving is not positive the world model is not asked, so its
+engine does no work; the cheap predictors (state cache, rules, repeats) are still asked, and
+a guess of theirs is branched on when it pays (`should_branch`). Every `explore_every`-th
+question declined for lateness, slowdown or a low hit rate is asked anyway, so a regime or a
+family written off is tried again (the load changes; a co-trained world model improves).
 
-It is asked twice. Before predicting (`should_predict`), p is the command family's hit rate
-over all predictor sources, starting from `prior_hit_rate`. After the prediction arrives
-(`should_branch`), p blends the (family, source) hit rate with the prediction's own
-confidence, (hits + k*confidence) / (attempts + k) with k = `confidence_weight`: with no
-history the confidence decides, with much history the record does; and S uses the seconds the
-command has already run instead of P.
+Every decision has a reason (GateReason), counted in `decisions` and kept on the turn's
+SpeculationRecord (`gate`): asked, explore, always, never, too_fast (a hit would save less
+than min_saving_s even with an instant answer), late (answers come after the commands: P
+eats the saving, or q is too low), unlikely (h too low even on time and for free), slowdown
+(the world model's work costs the others more than a hit saves).
+
+It is asked twice. Before predicting (`decide`), as above. After a guess arrives
+(`should_branch`), p blends the (family, source) hit rate with the guess's own confidence,
+(hits + k*confidence) / (attempts + k) with k = `confidence_weight`: with no history the
+confidence decides, with much history the record does; and S uses the seconds the command
+has already run instead of P.
 """
 
 from __future__ import annotations
@@ -37,13 +50,15 @@ from __future__ import annotations
 import enum
 import re
 import shlex
-from collections import defaultdict, deque
+import time
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
 from pydantic import Field
 
 from obsspec.config import StrictModel
 from obsspec.speculation.predictor import Prediction
+from obsspec.speculation.regimes import Clock, OnlineMean, Regime, Regimes
 
 
 class GateMode(enum.StrEnum):
@@ -85,10 +100,25 @@ class GateSettings(StrictModel):
         description="Hit rates over the last N outcomes of a command family [default: all].",
     )
     explore_every: int = Field(
-        default=0,
+        default=8,
         ge=0,
-        description="Predict every N-th command the rule declines that could save time "
-        "(0: never); re-tests a family written off while the predictor improves.",
+        description="Ask the world model on every N-th question declined for lateness, "
+        "slowdown or a low hit rate (0: never); re-tests a regime or family written off.",
+    )
+    prior_on_time: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Share of the world model's answers assumed to arrive before the "
+        "command ends, at a load never measured.",
+    )
+    regime_window: int = Field(
+        default=20, ge=1, description="World-model answers remembered per regime."
+    )
+    min_slowdown_samples: int = Field(
+        default=3,
+        ge=1,
+        description="Samples, busy and idle each, before a measured slowdown counts.",
     )
 
 
@@ -129,23 +159,6 @@ def _program(words: list[str]) -> str:
     return ""
 
 
-class OnlineMean:
-    """A running mean that turns into an exponential moving average after `window` samples,
-    so it settles fast and still follows drift."""
-
-    def __init__(self, window: int = 20) -> None:
-        self.window = window
-        self.count = 0
-        self.value = 0.0
-
-    def add(self, x: float) -> None:
-        self.count += 1
-        self.value += (x - self.value) / min(self.count, self.window)
-
-    def get(self, default: float) -> float:
-        return self.value if self.count else default
-
-
 @dataclass
 class HitCount:
     """Hits among the outcomes of predictions: all of them, or the last `window` (only those
@@ -177,11 +190,32 @@ class Ask:
     elapsed_s: float = 0.0  # seconds the command has already run (0 if it has not started)
 
 
+class GateReason(enum.StrEnum):
+    asked = "asked"
+    explore = "explore"
+    always = "always"
+    never = "never"
+    too_fast = "too_fast"
+    unlikely = "unlikely"
+    late = "late"
+    slowdown = "slowdown"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the world model (the costly predictor) may be asked, and why."""
+
+    ask_world_model: bool
+    reason: GateReason
+    regime: str = ""  # the load it was decided at (obsspec.speculation.regimes)
+
+
 class Gate:
     """Decides per command; learns from every execution, reply, prediction and outcome.
-    One gate serves all the episodes of a worker, so what one episode learns helps the rest."""
+    One gate serves all the episodes of a loop, so what one episode learns helps the rest.
+    clock: the seconds of busy spans and of replies (a fake one in tests)."""
 
-    def __init__(self, settings: GateSettings | None = None) -> None:
+    def __init__(self, settings: GateSettings | None = None, *, clock: Clock = time.monotonic):
         self.settings = settings or GateSettings()
         self._exec: dict[tuple[str, str], OnlineMean] = defaultdict(OnlineMean)
         self._exec_family: dict[str, OnlineMean] = defaultdict(OnlineMean)
@@ -190,31 +224,59 @@ class Gate:
         window = self.settings.hit_window
         self._hits: dict[tuple[str, str], HitCount] = defaultdict(lambda: HitCount(window))
         self._family_hits: dict[str, HitCount] = defaultdict(lambda: HitCount(window))
-        self._declined: dict[str, int] = defaultdict(int)  # by family, for explore_every
+        self._declined: dict[str, int] = defaultdict(int)  # by what was declined, to explore
+        self.regimes = Regimes(self.settings.regime_window, clock)
+        self.decisions: Counter[str] = Counter()
 
     @property
     def mode(self) -> GateMode:
         return self.settings.mode
 
     # --- decisions -----------------------------------------------------------------------
-    def should_predict(self, ask: Ask) -> bool:
-        if self.mode != GateMode.auto:
-            return self.mode == GateMode.always
-        family = command_family(ask.command)
-        saving = self._saving(ask, self.prediction.get(0.0))
-        counts = self._family_hits.get(family, HitCount())
-        prior = self.settings.prior_hit_rate
-        p = (counts.hits + 2 * prior) / (counts.attempts + 2)
-        if saving < self.settings.min_saving_s:
-            return False
-        return self._pays(p, saving, ask.load) or self._explore(family)
+    def decide(self, ask: Ask) -> Decision:
+        """May the world model be asked about this command (see the module docstring)?"""
+        decision = self._decide(ask)
+        self.decisions[decision.reason] += 1
+        return decision
 
-    def _explore(self, family: str) -> bool:
+    def should_predict(self, ask: Ask) -> bool:
+        return self.decide(ask).ask_world_model
+
+    def _decide(self, ask: Ask) -> Decision:
+        if self.mode != GateMode.auto:
+            reason = GateReason.always if self.mode == GateMode.always else GateReason.never
+            return Decision(self.mode == GateMode.always, reason)
+        s = self.settings
+        name, regime = self.regimes.now()
+        family = command_family(ask.command)
+        latency = regime.latency.get(self.prediction.get(0.0))
+        saving = self._saving(ask, latency)
+        if saving < s.min_saving_s:
+            # A command too short to overlap anything, or one the world model cannot beat.
+            if self._saving(ask, 0.0) < s.min_saving_s:
+                return Decision(False, GateReason.too_fast, name)
+            return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
+        counts = self._family_hits.get(family, HitCount())
+        hit = (counts.hits + 2 * s.prior_hit_rate) / (counts.attempts + 2)
+        on_time = regime.on_time.rate(s.prior_on_time)
+        slowdown = latency * (
+            regime.policy.slowdown(s.min_slowdown_samples) * ask.load
+            + regime.commands.slowdown(s.min_slowdown_samples) * (self.regimes.commands + 1)
+        )
+        if not self._pays(hit, saving, ask.load):
+            return self._declined_or_explore(GateReason.unlikely, f"family:{family}", name)
+        if not self._pays(hit * on_time, saving, ask.load):
+            return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
+        if not self._pays(hit * on_time, saving, ask.load, extra=slowdown):
+            return self._declined_or_explore(GateReason.slowdown, f"regime:{name}", name)
+        return Decision(True, GateReason.asked, name)
+
+    def _declined_or_explore(self, reason: GateReason, key: str, regime: str) -> Decision:
         every = self.settings.explore_every
-        if not every:
-            return False
-        self._declined[family] += 1
-        return self._declined[family] % every == 0
+        self._declined[key] += 1
+        if every and self._declined[key] % every == 0:
+            return Decision(True, GateReason.explore, regime)
+        return Decision(False, reason, regime)
 
     def should_branch(self, ask: Ask, prediction: Prediction) -> bool:
         if self.mode != GateMode.auto:
@@ -235,26 +297,55 @@ class Gate:
         remaining = self.expected_exec_s(ask.task_hash, ask.command) - spent_s
         return max(0.0, min(self.generation.get(1.0), remaining))
 
-    def _pays(self, p: float, saving: float, load: int) -> bool:
+    def _pays(self, p: float, saving: float, load: int, extra: float = 0.0) -> bool:
         s = self.settings
         if saving < s.min_saving_s:
             return False
         miss_cost = (1 - p) * saving * (s.waste_weight + s.contention * load)
-        return p * saving > miss_cost + s.overhead_s
+        return p * saving > miss_cost + extra + s.overhead_s
 
     # --- learning ------------------------------------------------------------------------
-    def observe_execution(self, task_hash: str, command: str, seconds: float) -> None:
+    def observe_execution(
+        self, task_hash: str, command: str, seconds: float, busy_fraction: float = 0.0
+    ) -> None:
+        """A command ran for real; busy_fraction: the share of its time the world model was
+        answering (its slowdown of commands is measured from it)."""
+        expected = self.expected_exec_s(task_hash, command)  # before this run updates it
+        if expected > 0:
+            self.regimes.now()[1].commands.add(seconds / expected, busy_fraction)
         family = command_family(command)
         self._exec[(task_hash, family)].add(seconds)
         self._exec_family[family].add(seconds)
 
-    def observe_generation(self, seconds: float) -> None:
+    def observe_generation(
+        self, seconds: float, *, decode_s: float = 0.0, tokens: int = 0, busy_fraction=0.0
+    ) -> None:
+        """A real reply took `seconds`; with its decode seconds and tokens, the seconds per
+        token while the world model was busy or idle (its slowdown of the policy)."""
         self.generation.add(seconds)
+        if tokens > 1 and decode_s > 0:
+            self.regimes.now()[1].policy.add(decode_s / (tokens - 1), busy_fraction)
 
     def observe_prediction(self, seconds: float) -> None:
         self.prediction.add(seconds)
+
+    def observe_answer(self, regime: str, *, on_time: bool, latency_s: float | None) -> None:
+        """A world-model question asked at `regime` got a guess before the command ended
+        (on_time), or did not (it came after, empty, or failed)."""
+        self.regimes.by_name.setdefault(regime, Regime(self.settings.regime_window)).answered(
+            on_time=on_time, latency_s=latency_s
+        )
 
     def observe_outcome(self, command: str, source: str, matched: bool) -> None:
         family = command_family(command)
         for counts in (self._hits[(family, source)], self._family_hits[family]):
             counts.add(matched)
+
+    def summary(self) -> dict:
+        """Its decisions by reason and what it measured per regime (for reports)."""
+        s = self.settings
+        return {
+            "mode": str(self.mode),
+            "decisions": dict(sorted(self.decisions.items())),
+            "regimes": self.regimes.as_dict(s.prior_on_time, s.min_slowdown_samples),
+        }

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from obsspec.agent.context import TokenContext
 from obsspec.agent.protocol import Action
 from obsspec.inference.base import Generation, GenerationProgress
+from obsspec.speculation.gate import Decision
 from obsspec.speculation.predictor import Prediction, SpeculationContext
 from obsspec.trajectory import SpeculationRecord
 from obsspec.types import clean_text, says_timed_out
@@ -55,6 +56,8 @@ class Node:
         self.children: list[Node] = []
         self.exec_started: float | None = None
         self.closed = False
+        self.span = (0.0, 0.0)  # the gate's (clock, busy mark) when its generation began
+        self.decision: Decision | None = None  # the gate's, about this reply's command
 
     def subtree(self) -> Iterator[Node]:
         yield self

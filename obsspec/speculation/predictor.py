@@ -12,9 +12,12 @@ first if the branch is kept; None when the sandbox's state is not a function of 
 command before this one timed out and was killed at an unknown point). A prediction
 is the full canonical observation text (obsspec.types.render_observation), so checking it is
 string equality with the real one. Implementations live in `world_model` (the state cache,
-the context cache, rules, the LM world model, the cascade, the oracle); the runner depends
-only on this module. An optional
+the context cache, rules, repeats, the LM world model, the cascade, the oracle); the runner
+depends only on this module. An optional
 hook, `running` (see `running` below), tells a predictor that a command has begun for real.
+Another, `predict_cheap(context, command, n)`, answers without any predictor marked `costly`
+(an attribute: the world model, which makes an engine work); the runner asks it when the
+gate declines to ask the world model, so free answers (cache, rules, repeats) still count.
 
 A cascade asks several predictors and returns one's answer; it says whom it asked and what each
 offered in an `Answer` (a list of the chosen predictions, with `offered` beside it), so the
@@ -48,7 +51,7 @@ class SpeculationContext:
 @dataclass(frozen=True)
 class Prediction:
     text: str  # a whole canonical observation, exit-code line included
-    source: str  # which predictor answered: cache, rules, lm, oracle
+    source: str  # which predictor answered: state, rules/<rule>, repeat, lm, oracle
     confidence: float  # the predictor's estimate that text is exactly right, 0..1
     latency_s: float = 0.0
     tokens: int = 0  # tokens a model generated for it (0 for lookups)

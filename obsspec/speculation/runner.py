@@ -57,7 +57,7 @@ from obsspec.speculation.node import (
     exact_match,
     history_after,
 )
-from obsspec.speculation.predictor import Predictor, running
+from obsspec.speculation.predictor import WORLD_MODEL, Predictor, offered_by, running
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.speculation.world_model_record import note_world_model, score_world_model
 from obsspec.trajectory import SpeculationRecord, Trajectory, Turn
@@ -115,6 +115,10 @@ class SpeculativeEpisode:
 
     # --- the driver: the sequential loop, reading replies from the tree --------------------
     async def run(self, context: TokenContext) -> None:
+        with self.gate.regimes.episode():  # the load the gate's regime is read from
+            await self._run(context)
+
+    async def _run(self, context: TokenContext) -> None:
         node = self.spawn(0, copy_context(context), level=0, guess=None)
         try:
             while True:
@@ -158,7 +162,12 @@ class SpeculativeEpisode:
         if node.parent_record is not None and not node.certain:
             node.parent_record.tokens_committed = len(gen.token_ids)
         if node.born_level == 0:
-            self.gate.observe_generation(gen.timings.total_s)
+            self.gate.observe_generation(
+                gen.timings.total_s,
+                decode_s=gen.timings.decode_s,
+                tokens=len(gen.token_ids),
+                busy_fraction=self.gate.regimes.busy_fraction(node.span),
+            )
         return gen
 
     async def regenerate(self, node: Node) -> Generation:
@@ -183,10 +192,15 @@ class SpeculativeEpisode:
         node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
         context = node.speculation_context(self.trajectory.task_hash)
-        with running(self.loop.predictor, context, command):  # others may wait for its output
+        regimes = self.gate.regimes
+        span = regimes.span()
+        with running(self.loop.predictor, context, command), regimes.command():
+            # (others may wait for its output: the state cache)
             result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
             record_result(turn, result, self.limits)
-            self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
+            self.gate.observe_execution(
+                self.trajectory.task_hash, command, result.duration_s, regimes.busy_fraction(span)
+            )
             self.loop.predictor.observe(context, command, turn.observation)
 
     def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:
@@ -196,6 +210,9 @@ class SpeculativeEpisode:
         if node.predicting is not None and not node.predicting.done():
             node.predicting.cancel()
             record.exec_won = True
+            if node.decision is not None and node.decision.ask_world_model:
+                waited = now - (node.predict_started or now)
+                self.gate.observe_answer(node.decision.regime, on_time=False, latency_s=waited)
         turn.predict_s, turn.predict_start_s = node.predict_s, node.predict_started or 0.0
         if turn.action == "command" and node.guesses:
             matched = any(self.loop.match(guess, turn.observation) for guess in node.guesses)
@@ -267,6 +284,7 @@ class SpeculativeEpisode:
         node.progress, node.priority = GenerationProgress(), node.level
         if restart_clock:  # regenerated; a resubmitted reply was begun when first asked
             node.started = time.monotonic()
+            node.span = self.gate.regimes.span()
         node.generation = task = self.start(
             self.engine.generate(
                 node.context.ids, sampling, priority=node.level, progress=node.progress
@@ -305,30 +323,42 @@ class SpeculativeEpisode:
             return
         if node.level >= self.settings.depth or node.index + 1 >= self.limits.max_turns:
             return
-        if not self.gate.should_predict(self.ask(node)):
+        node.decision = decision = self.gate.decide(self.ask(node))
+        node.record.gate, node.record.level = str(decision.reason), node.level
+        if not decision.ask_world_model:
             node.record.gated = True
-            return
-        node.record.attempted, node.record.level = True, node.level
+            if not hasattr(self.loop.predictor, "predict_cheap"):
+                return  # nothing cheap to ask
+        node.record.attempted = decision.ask_world_model  # cheap questions: when answered
         node.predicting = self.start(self.predict(node))
 
     async def predict(self, node: Node) -> None:
-        assert node.action is not None
-        command, record = node.action.command, node.record
+        assert node.action is not None and node.decision is not None
+        command, record, costly = node.action.command, node.record, node.decision.ask_world_model
         start = node.predict_started = time.monotonic()
         try:
             async with asyncio.timeout(self.settings.predict_timeout_s):
-                predictions = await self.loop.predictor.predict(
-                    node.speculation_context(self.trajectory.task_hash),
-                    command,
-                    self.settings.breadth,
-                )
+                predictions = await self.ask_predictor(node, command, costly=costly)
         except Exception as e:  # a predictor failure costs the speculation, never the episode
+            record.attempted = True
             record.failed = True
             record.error = describe(e, self.settings.predict_timeout_s)
+            if costly:
+                self.gate.observe_answer(node.decision.regime, on_time=False, latency_s=None)
             return
         node.predict_s = time.monotonic() - start
-        self.gate.observe_prediction(node.predict_s)
         guesses = distinct_guesses(predictions, self.settings.breadth)
+        if costly:
+            self.gate.observe_prediction(node.predict_s)
+            wm = offered_by(predictions, WORLD_MODEL)
+            if wm is not None:  # the world model was asked (not answered by a cheaper one)
+                on_time = bool(wm) and not node.closed
+                self.gate.observe_answer(
+                    node.decision.regime, on_time=on_time, latency_s=node.predict_s
+                )
+        elif not guesses:
+            return  # the cheap predictors had nothing: no attempt
+        record.attempted = True
         node.guesses = [text for text, _ in guesses]
         record.predictions = len(guesses)
         record.source = guesses[0][1].source if guesses else ""
@@ -345,6 +375,16 @@ class SpeculativeEpisode:
             )
             child.source, child.parent_record = prediction.source, record
             node.children.append(child)
+
+    async def ask_predictor(self, node: Node, command: str, *, costly: bool) -> list:
+        """The predictor's guesses; costly: the world model may be asked (its busy time is
+        measured), else only the cheap predictors (`predict_cheap`)."""
+        context = node.speculation_context(self.trajectory.task_hash)
+        predictor, n = self.loop.predictor, self.settings.breadth
+        if not costly:
+            return await predictor.predict_cheap(context, command, n)  # type: ignore[attr-defined]
+        with self.gate.regimes.predicting():
+            return await predictor.predict(context, command, n)
 
     # --- pruning and clean-up --------------------------------------------------------------
     def drop(self, node: Node, record: SpeculationRecord) -> None:

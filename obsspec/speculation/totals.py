@@ -18,9 +18,10 @@ questions (every report uses these names with these meanings):
                                                           tenth by edit distance (a timing, a
                                                           hash): never a match, shown apart
     match_rate_attempted = matched / attempted            the cascade as used: a guess from
-                                                          any source (cache, rules, world model),
-                                                          any of the breadth, over every
-                                                          command the gate let through
+                                                          any source (cache, rules, repeats,
+                                                          world model), any of the breadth,
+                                                          over every command the gate let
+                                                          through
     match_rate_used      = matched / (attempted - exec_won - failed - empty)
                                                           as attempted, but only guesses that
                                                           arrived in time (the reference
@@ -34,8 +35,9 @@ not in wm_asked (it is in exec_won or failed).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from obsspec.trajectory import SpeculationRecord, Turn
 
@@ -65,6 +67,8 @@ class SpeculationTotals:
     wm_matched_any: int = 0  # one of its guesses was exact
     wm_near_miss: int = 0  # its first guess was not exact but near (obsspec.speculation.near_miss)
     resubmitted: int = 0  # kept replies resubmitted at priority 0 (still queued when promoted)
+    # The gate's decisions about the world model, by reason (obsspec.speculation.gate)
+    gate_reasons: Counter = field(default_factory=Counter)
 
     def add(self, record: SpeculationRecord | Mapping | None, *, predict_s=0.0, exec_s=0.0):
         """One command turn and its record (None: the turn ran sequentially)."""
@@ -100,6 +104,8 @@ class SpeculationTotals:
         self.wm_near_miss += bool(r.get("wm_near_miss"))
         self.predict_s += predict_s
         self.resubmitted += bool(r.get("resubmitted"))
+        if r.get("gate"):  # missing in datasets written before the gate said why
+            self.gate_reasons[r["gate"]] += 1
 
     @classmethod
     def of_turns(cls, turns: Iterable[Turn]) -> SpeculationTotals:
@@ -136,7 +142,9 @@ class SpeculationTotals:
             **{
                 f.name: round(v, 3) if isinstance(v := getattr(self, f.name), float) else v
                 for f in fields(self)
+                if f.name != "gate_reasons"
             },
+            "gate_reasons": dict(sorted(self.gate_reasons.items())),
             **self.match_rates(),
             "exec_won_rate": pooled_rate(self.exec_won, self.attempted),
             "failed_rate": pooled_rate(self.failed, self.attempted),

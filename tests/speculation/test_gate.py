@@ -70,7 +70,7 @@ def written_off(misses: int = 30, **settings) -> Gate:
 
 
 def test_a_family_that_never_hits_is_left_alone():
-    gate = written_off()
+    gate = written_off(explore_every=0)
     assert not gate.should_predict(ask("make"))
     for _ in range(30):
         gate.observe_outcome("make", "lm", matched=True)
@@ -80,7 +80,7 @@ def test_a_family_that_never_hits_is_left_alone():
 def test_with_a_window_a_family_written_off_recovers_after_a_few_hits():
     """A co-trained world model gets better: old misses must not outvote new hits."""
     for window, recovers in ((None, False), (10, True)):
-        gate = written_off(100, hit_window=window)
+        gate = written_off(100, hit_window=window, explore_every=0)
         assert not gate.should_predict(ask("make"))
         for _ in range(6):
             gate.observe_outcome("make", "lm", matched=True)
@@ -93,8 +93,10 @@ def test_explore_every_predicts_every_nth_declined_command_that_could_save_time(
     decisions = [gate.should_predict(ask("make")) for _ in range(9)]
     assert decisions == [False, False, True] * 3
     assert not any(gate.should_predict(ask("ls")) for _ in range(9))  # nothing to save
-    never = written_off()  # the default: no exploration
+    never = written_off(explore_every=0)  # no exploration
     assert not any(never.should_predict(ask("make")) for _ in range(9))
+    default = written_off()  # the default explores every 8th
+    assert [default.should_predict(ask("make")) for _ in range(8)] == [False] * 7 + [True]
 
 
 def test_a_busy_engine_raises_the_bar():

@@ -1,0 +1,203 @@
+"""The gate learns, per load, what speculation returns: late answers and slowdowns turn the
+world model off there (not elsewhere), exploration asks again now and then. A fake clock or
+injected latencies drive it; nothing is timed."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from obsspec.agent.episode import EpisodeLimits, play
+from obsspec.speculation.gate import Ask, Gate, GateReason, GateSettings
+from obsspec.speculation.regimes import Regimes, SlowdownMeter, regime_of
+from obsspec.speculation.runner import SpeculativeLoop
+from obsspec.speculation.settings import SpeculationSettings
+from obsspec.world_model.cascade import CascadePredictor
+from tests.speculation.fakes import TablePredictor, fake_policy, new_episode, step_sandbox
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def taught(clock=None, **settings) -> Gate:
+    """Replies take 1 s, `make` 3 s, predictions 0.2 s: a hit would save 1 s."""
+    gate = Gate(GateSettings(**settings), clock=clock or FakeClock())
+    for _ in range(5):
+        gate.observe_generation(1.0)
+        gate.observe_prediction(0.2)
+    gate.observe_execution("task", "make", 3.0)
+    return gate
+
+
+def ask(load: int = 0) -> Ask:
+    return Ask("task", "make", load)
+
+
+@contextlib.contextmanager
+def episodes(gate: Gate, n: int):
+    """n episodes in flight on the gate's loop (its regime)."""
+    with contextlib.ExitStack() as stack:
+        for _ in range(n):
+            stack.enter_context(gate.regimes.episode())
+        yield
+
+
+@pytest.mark.parametrize(
+    ("n", "name"),
+    [(0, "1"), (1, "1"), (2, "2"), (3, "3-4"), (4, "3-4"), (5, "5-8"), (8, "5-8"), (9, "9-16"),
+     (16, "9-16"), (17, "17-32"), (32, "17-32"), (33, "33+"), (500, "33+")],
+)  # fmt: skip
+def test_regimes_are_powers_of_two_of_episodes_at_once(n, name):
+    assert regime_of(n) == name
+
+
+def test_late_answers_at_one_load_turn_the_world_model_off_there_only():
+    gate = taught(explore_every=0)
+    with episodes(gate, 8):
+        assert gate.decide(ask()).reason == GateReason.asked  # the prior: answers come in time
+        regime, _ = gate.regimes.now()
+        for _ in range(10):
+            gate.observe_answer(regime, on_time=False, latency_s=None)  # no answer in time
+        decision = gate.decide(ask())
+        assert not decision.ask_world_model and decision.reason == GateReason.late
+        assert decision.regime == "5-8"
+    with episodes(gate, 1):
+        assert gate.decide(ask()).ask_world_model  # another load: nothing learned against it
+    assert gate.decisions[GateReason.late] == 1 and gate.decisions[GateReason.asked] == 2
+
+
+def test_a_world_model_slower_than_the_command_is_late_not_too_fast():
+    gate = taught(explore_every=0)
+    with episodes(gate, 16):
+        regime, _ = gate.regimes.now()
+        for _ in range(5):  # cancelled when the 3 s command ended: at least 3 s
+            gate.observe_answer(regime, on_time=False, latency_s=3.0)
+        assert gate.decide(ask()).reason == GateReason.late
+    gate.observe_execution("task", "true", 0.001)
+    assert gate.decide(Ask("task", "true", 0)).reason == GateReason.too_fast
+
+
+def test_exploration_asks_again_and_a_recovered_regime_is_used_again():
+    gate = taught(explore_every=4, regime_window=10)
+    with episodes(gate, 8):
+        regime, _ = gate.regimes.now()
+        for _ in range(10):
+            gate.observe_answer(regime, on_time=False, latency_s=0.2)
+        reasons = [gate.decide(ask()).reason for _ in range(8)]
+        assert reasons == [GateReason.late] * 3 + [GateReason.explore] + [GateReason.late] * 3 + [
+            GateReason.explore
+        ]
+        for _ in range(10):  # the explored questions came back in time (the load fell)
+            gate.observe_answer(regime, on_time=True, latency_s=0.2)
+        assert gate.decide(ask()).reason == GateReason.asked
+
+
+def slowed(gate: Gate, factor: float, samples: int = 4) -> None:
+    """Replies decode `factor` times slower while the world model is busy than while idle."""
+    for _ in range(samples):
+        gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0)
+        gate.observe_generation(1.0, decode_s=factor, tokens=11, busy_fraction=1.0)
+
+
+def test_a_measured_policy_slowdown_turns_it_off_when_others_would_pay_for_it():
+    gate = taught(explore_every=0)
+    with episodes(gate, 8):
+        slowed(gate, 2.0)  # the world model on the policy's core: each reply twice as slow
+        assert gate.summary()["regimes"]["5-8"]["policy"]["slowdown"] == pytest.approx(1.0)
+        decision = gate.decide(ask(load=8))  # 8 other requests would each lose 0.2 s
+        assert decision.reason == GateReason.slowdown
+        assert gate.decide(ask(load=0)).ask_world_model  # nobody else to slow down
+    with episodes(gate, 1):
+        assert gate.decide(ask(load=8)).ask_world_model  # measured at another load only
+
+
+def test_no_slowdown_is_claimed_without_busy_and_idle_samples_both():
+    meter = SlowdownMeter()
+    for _ in range(5):
+        meter.add(3.0, busy_fraction=1.0)
+    assert meter.slowdown(min_samples=3) == 0.0
+    for _ in range(3):
+        meter.add(1.0, busy_fraction=0.3)  # neither busy nor idle enough: not counted
+    assert meter.slowdown(min_samples=3) == 0.0
+    for _ in range(3):
+        meter.add(1.0, busy_fraction=0.0)
+    assert meter.slowdown(min_samples=3) == pytest.approx(2.0)
+
+
+def test_commands_slowed_while_the_world_model_works_count_as_its_cost():
+    clock = FakeClock()
+    gate = taught(clock, explore_every=0)
+    with episodes(gate, 8):
+        for _ in range(4):
+            gate.observe_execution("task", "make", 3.0, busy_fraction=0.0)
+            gate.observe_execution("task", "make", 9.0, busy_fraction=1.0)
+        with contextlib.ExitStack() as running:
+            for _ in range(8):
+                running.enter_context(gate.regimes.command())
+            assert gate.decide(ask()).reason == GateReason.slowdown
+
+
+def test_busy_time_is_the_union_of_overlapping_predictions():
+    clock = FakeClock()
+    regimes = Regimes(clock=clock)
+    span = regimes.span()
+    with regimes.predicting():
+        clock.now += 1.0
+        with regimes.predicting():
+            clock.now += 1.0
+        clock.now += 1.0
+    clock.now += 3.0
+    assert regimes.busy_fraction(span) == pytest.approx(0.5)  # 3 s busy of 6
+
+
+# --- through the runner: injected latencies, no timed assertion ----------------------------
+class SlowWorldModel(TablePredictor):
+    """A world model that answers right, but after `delay_s`: later than every command."""
+
+    source = "lm"
+    costly = True
+
+
+class Cheap(TablePredictor):
+    """Knows the answers of one command only, at once (like a state-cache hit)."""
+
+    source = "cheap"
+
+    def __init__(self, command: str) -> None:
+        super().__init__({})
+        self.command = command
+
+    async def predict(self, context, command, n=1):
+        self.calls += 1
+        if command != self.command:
+            return []
+        return await super().predict(context, command, n)
+
+
+async def test_a_world_model_that_answers_after_the_commands_stops_being_asked(builder):
+    wm = SlowWorldModel({}, delay_s=0.8)
+    cheap = Cheap("ls")
+    gate = Gate(GateSettings(explore_every=0))
+    loop = SpeculativeLoop(CascadePredictor([cheap, wm]), gate, SpeculationSettings())
+    limits = EpisodeLimits(max_turns=6, max_tokens=64, temperature=0.7)
+    records = []
+    for seed in range(5):
+        trajectory, context = new_episode(builder, seed)
+        engine = fake_policy(builder.tokenizer, seconds_per_token=0.005)  # replies ~0.1 s
+        await play(trajectory, context, step_sandbox(0.3), engine, builder, limits, loop)
+        records += [t.speculation for t in trajectory.turns if t.speculation is not None]
+    reasons = [r.gate for r in records]
+    assert len(records) >= 12, reasons
+    assert reasons[0] == "asked"  # the prior: it may pay
+    # Then it learned that the answers come after the commands: asked again only where the
+    # optimistic hit prior still says a hit could pay, and declined as late mostly.
+    assert wm.calls <= 4, reasons
+    assert reasons.count("late") >= len(reasons) // 2, reasons
+    assert cheap.calls > wm.calls  # the free predictor is still asked when the world model is not
+    assert gate.summary()["decisions"]["late"] == reasons.count("late")
