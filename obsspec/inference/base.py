@@ -70,6 +70,11 @@ class EngineStats:
     running: int  # requests being decoded
     waiting: int  # requests queued for a slot
     weight_version: int
+    # Prompt tokens looked up in the prefix cache since the engine started, and those found
+    # there (not computed again). Counters: a period's hit rate is the difference of two
+    # readings. 0 from an engine that does not count them (a server, a fake).
+    prefix_queried_tokens: int = 0
+    prefix_hit_tokens: int = 0
 
 
 def context_room(prompt_ids: list[int], max_model_len: int) -> int:

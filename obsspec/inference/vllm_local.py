@@ -17,11 +17,9 @@ how weights are swapped in place: obsspec.inference.weight_loading.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from obsspec.errors import EngineError
@@ -34,6 +32,7 @@ from obsspec.inference.base import (
     Timings,
     context_room,
 )
+from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
 from obsspec.inference.vllm_settings import EngineSettings, current_platform_kind, engine_kwargs
 from obsspec.inference.weight_loading import (
     WORKER_EXTENSION,
@@ -46,42 +45,6 @@ from obsspec.inference.weight_loading import (
 )
 
 __all__ = ["EngineSettings", "LocalVLLMEngine", "parse_cores"]
-
-BIND_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"
-
-
-def parse_cores(cores: str) -> set[int]:
-    """'0,2-3' -> {0, 2, 3}."""
-    found: set[int] = set()
-    for part in cores.split(","):
-        first, _, last = part.partition("-")
-        found.update(range(int(first), int(last or first) + 1))
-    return found
-
-
-@contextlib.contextmanager
-def thread_binding(cores: str | None) -> Iterator[None]:
-    """vLLM's CPU engine process reads its thread binding from the environment when it is
-    spawned (inside `from_engine_args`): set it for that moment only, so that two engines of
-    one process can sit on different cores."""
-    if cores is None:
-        yield
-        return
-    missing = parse_cores(cores) - os.sched_getaffinity(0)
-    if missing:
-        raise EngineError(
-            f"cpu_cores {cores!r}: this process may not use core(s) {sorted(missing)} "
-            f"(allowed: {sorted(os.sched_getaffinity(0))})"
-        )
-    previous = os.environ.get(BIND_VARIABLE)
-    os.environ[BIND_VARIABLE] = cores
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[BIND_VARIABLE]
-        else:
-            os.environ[BIND_VARIABLE] = previous
 
 
 def timings_of(metrics, total_s: float) -> Timings:
@@ -99,11 +62,26 @@ def timings_of(metrics, total_s: float) -> Timings:
 
 
 class LoadTracker:
-    """A vLLM stat logger that only remembers the scheduler's latest load (no log output)."""
+    """A vLLM stat logger that remembers the scheduler's latest load and counts prefix-cache
+    tokens (no log output)."""
 
     def __init__(self) -> None:
         self.running = 0
         self.waiting = 0
+        self.prefix_queried_tokens = 0
+        self.prefix_hit_tokens = 0
+
+    def update(self, scheduler_stats) -> None:
+        """One engine step's SchedulerStats. Its prefix_cache_stats are that step's alone
+        (vLLM makes a new one after each step), so they add up. Like vLLM's own counters,
+        only requests looked up for the first time count (`queries`, `hits`), not those
+        resumed after a preemption; a cache reset leaves the counts as they are."""
+        self.running = scheduler_stats.num_running_reqs
+        self.waiting = scheduler_stats.num_waiting_reqs
+        prefix = scheduler_stats.prefix_cache_stats
+        if prefix is not None:
+            self.prefix_queried_tokens += prefix.queries
+            self.prefix_hit_tokens += prefix.hits
 
     def factory(self, vllm_config, engine_index: int = 0):
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -116,8 +94,7 @@ class LoadTracker:
 
             def record(self, scheduler_stats, iteration_stats, *args, **kwargs) -> None:
                 if scheduler_stats is not None:
-                    tracker.running = scheduler_stats.num_running_reqs
-                    tracker.waiting = scheduler_stats.num_waiting_reqs
+                    tracker.update(scheduler_stats)
 
             def log_engine_initialized(self) -> None:
                 pass
@@ -134,6 +111,7 @@ class LocalVLLMEngine:
         self._load = LoadTracker()
         self.weight_version = 0
         self._names: CheckpointNames | None = None  # what a weight bucket may name
+        self.preloaded: list[str] = []  # the libraries its processes started with (CPU)
 
     async def __aenter__(self) -> LocalVLLMEngine:
         await self.start()
@@ -149,11 +127,13 @@ class LocalVLLMEngine:
         s = self.settings
         check_vllm_version(installed_vllm_version(), allow_untested=s.allow_untested_vllm)
         args = AsyncEngineArgs(
-            **engine_kwargs(s, current_platform_kind()),
+            **engine_kwargs(s, current_platform_kind()),  # the same platform as below
             worker_extension_cls=WORKER_EXTENSION,  # loads weights from memory
         )
+        platform = current_platform_kind()
+        cores, libraries = (s.cpu_cores, s.cpu_libraries) if platform == "cpu" else (None, [])
         try:
-            with thread_binding(s.cpu_cores):
+            with engine_process_env(cores, libraries) as self.preloaded:
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except EngineError:
             raise
@@ -233,7 +213,14 @@ class LocalVLLMEngine:
         return final
 
     def stats(self) -> EngineStats:
-        return EngineStats(self._load.running, self._load.waiting, self.weight_version)
+        load = self._load
+        return EngineStats(
+            load.running,
+            load.waiting,
+            self.weight_version,
+            prefix_queried_tokens=load.prefix_queried_tokens,
+            prefix_hit_tokens=load.prefix_hit_tokens,
+        )
 
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         """Swap in the safetensors weights of an HF directory (same architecture), in place;

@@ -74,6 +74,13 @@ class EngineSettings(StrictModel):
         description="CPU build: bind the engine's compute threads to these cores, e.g. '1' "
         "or '0-3' [default: vLLM's choice, core 0 on a 2-core machine, for every engine].",
     )
+    cpu_libraries: list[str] | None = Field(
+        default=None,
+        description="CPU build: shared libraries preloaded into the engine's processes "
+        "(LD_PRELOAD), e.g. ['libtcmalloc_minimal.so.4'] [default: tcmalloc and Intel OpenMP "
+        "where installed, vLLM's recommended CPU setup (obsspec.inference.cpu_libraries); "
+        "[] preloads nothing, as vLLM alone does].",
+    )
     allow_untested_vllm: bool = Field(
         default=False,
         description="Start even when the installed vLLM is outside the versions whose "
@@ -102,6 +109,11 @@ def engine_kwargs(settings: EngineSettings, platform: Platform) -> dict[str, Any
         "enforce_eager": s.enforce_eager if s.enforce_eager is not None else platform == "cpu",
         "scheduling_policy": "priority",  # speculative requests run at lower priority
         "disable_log_stats": True,  # no periodic log lines; the stat logger still gets stats
+        # Each turn's prompt extends the last one (the policy's context grows by appending;
+        # the world model's prompt is that context plus a fixed opening), so a turn prefills
+        # only its new tokens. vLLM 0.32 turns it on by default for these models; said here
+        # so that a change of default cannot silently make every prompt prefill whole.
+        "enable_prefix_caching": True,
     }
     if platform == "cpu":
         kv_cache_gb = s.kv_cache_gb if s.kv_cache_gb is not None else CPU_KV_CACHE_GB

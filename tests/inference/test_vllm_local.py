@@ -111,6 +111,26 @@ async def test_stats_show_load(tiny_engine, tiny_model_dir):
     assert seen >= 6
 
 
+async def test_a_prompt_extending_the_last_is_counted_as_found_in_the_prefix_cache(
+    tiny_engine, tiny_model_dir
+):
+    """The next turn's prompt: the last one's and a few tokens more. Its lookup is counted,
+    and the last prompt's blocks are found (whole blocks only, so not every token)."""
+    prompt = chat_ids(tiny_model_dir, "count: " + " ".join(str(n) for n in range(100)))
+    await tiny_engine.generate(prompt, Sampling(max_tokens=1))
+    before = tiny_engine.stats()
+    longer = prompt + prompt[-8:]
+    await tiny_engine.generate(longer, Sampling(max_tokens=1))
+    after = tiny_engine.stats()
+    for _ in range(20):  # the step's stats are recorded just after its outputs are handed out
+        if after.prefix_queried_tokens > before.prefix_queried_tokens:
+            break
+        await asyncio.sleep(0.05)
+        after = tiny_engine.stats()
+    assert after.prefix_queried_tokens - before.prefix_queried_tokens == len(longer)
+    assert 0 < after.prefix_hit_tokens - before.prefix_hit_tokens <= len(prompt)
+
+
 async def test_load_weights_swaps_in_place_and_forgets_cached_prefixes(
     tiny_engine, tiny_model_dir, default_model_dir, tmp_path
 ):

@@ -49,6 +49,14 @@ def test_gpu_arguments_follow_utilization_or_an_explicit_cache(tmp_path):
     assert eager["enforce_eager"] is True
 
 
+def test_prefix_caching_is_on_for_every_engine(tmp_path):
+    """Turns' prompts extend each other: every engine reuses the prefix it computed."""
+    settings = EngineSettings(model=tmp_path)
+    for platform in ("cpu", "cuda"):
+        kwargs = engine_kwargs(settings, platform)
+        assert kwargs["enable_prefix_caching"] is True
+
+
 def test_utilization_must_be_a_share(tmp_path):
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         EngineSettings(model=tmp_path, gpu_memory_utilization=1.0)
