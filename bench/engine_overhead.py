@@ -1,8 +1,9 @@
 """Our engine wrapper against raw vLLM AsyncLLM.generate: same engine, prompts and sampling.
 
 Prints one JSON object; `throughput_ratio` = our tokens/s / raw tokens/s (goal >= 0.95).
-Both run on the one in-process engine, alternating rounds (ours, raw, ours, raw, ...) so that
-machine noise hits both alike. Placement: vLLM's automatic CPU binding (the engine's thread on
+Both run on the one in-process engine, in rounds whose order alternates (ours then raw, raw
+then ours: ABBA over two rounds, so neither always runs first; `arm_order` in the JSON) so
+that machine noise hits both alike. Placement: vLLM's automatic CPU binding (the engine's thread on
 one core, one core reserved). Usage: python bench/engine_overhead.py [--model M] [--json]
 [--streams 8] [--tokens 64] [--rounds 3]
 """
@@ -73,15 +74,21 @@ async def main(args) -> dict:
     async with LocalVLLMEngine(EngineSettings(model=model, max_model_len=2048)) as engine:
         await ours(engine, prompts, 8, 0)  # warm-up
         rates = {"ours": [], "raw": []}
+        runs = {"ours": (ours, engine), "raw": (raw, engine._llm)}
+        orders = []
         for r in range(args.rounds):
-            rates["ours"].append(await timed(ours, engine, prompts, args.tokens, 1000 * r))
-            rates["raw"].append(await timed(raw, engine._llm, prompts, args.tokens, 1000 * r))
+            order = ("ours", "raw") if r % 2 == 0 else ("raw", "ours")
+            orders.append(",".join(order))
+            for name in order:
+                fn, target = runs[name]
+                rates[name].append(await timed(fn, target, prompts, args.tokens, 1000 * r))
     best = {k: max(v) for k, v in rates.items()}
     return {
         "model": str(model),
         "streams": args.streams,
         "tokens_per_request": args.tokens,
         "rounds": args.rounds,
+        "arm_order": orders,
         "ours_tok_per_s": round(best["ours"], 1),
         "raw_tok_per_s": round(best["raw"], 1),
         "throughput_ratio": round(best["ours"] / best["raw"], 3),

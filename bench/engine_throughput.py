@@ -49,11 +49,18 @@ async def main(args) -> dict:
     async with LocalVLLMEngine(settings) as engine:
         load_s = time.monotonic() - start
         await measure(engine, prompt_ids, 1, 8, 0)  # warm-up: the first request is slow
-        single, many = [], []
-        for r in range(args.rounds):  # interleaved so machine noise hits both alike
-            single.append(await measure(engine, prompt_ids, 1, args.tokens, 100 * r))
-            many.append(await measure(engine, prompt_ids, args.streams, args.tokens, 100 * r))
-    best_single, best_many = max(single), max(many)
+        rates: dict[int, list[float]] = {1: [], args.streams: []}
+        orders = []
+        # interleaved so machine noise hits both alike, the order alternating (ABBA over two
+        # rounds) so that neither always runs first
+        for r in range(args.rounds):
+            order = (1, args.streams) if r % 2 == 0 else (args.streams, 1)
+            orders.append(",".join(f"{n}_streams" for n in order))
+            for streams in order:
+                rates[streams].append(
+                    await measure(engine, prompt_ids, streams, args.tokens, 100 * r)
+                )
+    best_single, best_many = max(rates[1]), max(rates[args.streams])
     return {
         "model": str(model),
         "load_s": round(load_s, 1),
@@ -63,6 +70,7 @@ async def main(args) -> dict:
         "tok_per_s_single": round(best_single, 1),
         f"tok_per_s_{args.streams}_streams": round(best_many, 1),
         "concurrency_speedup": round(best_many / best_single, 2),
+        "arm_order": orders,
     }
 
 

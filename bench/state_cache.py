@@ -19,7 +19,9 @@ The policy is scripted: every sibling runs the same commands (files written and 
 sorting, a Python one-liner, a clock, a sleep, a command killed by its timeout, one more
 after it) but words its replies differently, and with a different length, so their contexts
 differ and, run together, they are staggered. Replies take --seconds-per-token per token.
-Usage: python bench/state_cache.py [--group 4] [--seconds-per-token 0.01]
+The cascades run one after another, in the reverse order for the second way of running the
+group, so that no cascade always meets the machine first (`arm_order` in the JSON). Usage:
+python bench/state_cache.py [--group 4] [--seconds-per-token 0.01]
 """
 
 from __future__ import annotations
@@ -146,9 +148,11 @@ async def measure(pool, builder, *, size: int, seconds_per_token: float) -> dict
     from obsspec.speculation.settings import SpeculationSettings
 
     settings = SpeculationSettings(gate=GateSettings(mode=GateMode.always))
-    results: dict = {}
-    for mode in ("together", "one_after_another"):
-        for name, make in cascades().items():
+    results: dict = {"arm_order": {}}
+    for index, mode in enumerate(("together", "one_after_another")):
+        order = list(cascades().items())[:: 1 if index % 2 == 0 else -1]
+        results["arm_order"][mode] = ",".join(name for name, _ in order)
+        for name, make in order:
             print(f"-- {mode}: {name}", file=sys.stderr)
             loop = SpeculativeLoop(make(), settings=settings)
             run = {"size": size, "together": mode == "together"}
@@ -162,6 +166,8 @@ async def measure(pool, builder, *, size: int, seconds_per_token: float) -> dict
                 "group": figures(group),
                 "next_group": figures(later),
             }
+    for mode in ("together", "one_after_another"):  # each cascade in the usual order
+        results[mode] = {name: results[mode][name] for name in cascades()}
     return results
 
 

@@ -3,8 +3,9 @@ summary page (`>> $GITHUB_STEP_SUMMARY`, a GitLab report artifact).
 
     print(markdown(figures_table(report), gate_table(report)))
 
-A rich Table becomes a Markdown table with its title as a bold line above it; a table shown
-without a header gets the header "figure | value" (Markdown requires one).
+A rich Table becomes a Markdown table with its title as a bold line above it and its caption
+(one line each) below it; a table shown without a header gets the header "figure | value"
+(Markdown requires one).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def table_markdown(table: Table) -> str:
     lines.append("| " + " | ".join(headers) + " |")
     lines.append("|" + "|".join("---" for _ in headers) + "|")
     lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if table.caption:
+        caption = table.caption.plain if isinstance(table.caption, Text) else str(table.caption)
+        lines += ["", *(line.strip() for line in caption.splitlines())]
     return "\n".join(lines) + "\n"
 
 

@@ -101,7 +101,8 @@ def profile(
     """Run the same episodes sequentially, speculatively and with an oracle, and compare.
 
     The oracle is a perfect instant predictor: the ceiling. Arms are interleaved per wave of
-    --concurrency episodes played at once (one at a time by default).
+    --concurrency episodes played at once (one at a time by default), the sequential and
+    speculative arms swapping places from one wave to the next (the oracle runs last).
 
     Latency is the agent's turns per episode (sandbox start and verifier apart).
 

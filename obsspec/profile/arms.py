@@ -1,17 +1,20 @@
 """One wave of a profile: its episodes (task, seed) in the three arms, all at once per arm.
 
-    wave = Wave(config, session, items, level=8)
+    wave = Wave(config, session, items, level=8, order=("spec", "seq", "oracle"))
     played = await wave.run(emit)       # WavePlayed(episodes=[ArmEpisodes...], lost, spans)
 
 It reads top to bottom:
 
     prefill every episode's prompt on the policy engine (so no arm is the only one to pay for
-    it: the sequential arm, always first, would otherwise overstate the saving)
+    it: whichever arm ran first would otherwise pay for the prompts alone)
+    then each arm in the wave's order (obsspec.profile.levels.ARM_ORDERS: seq and spec swap
+    places from one wave to the next; the oracle is last)
     sequential   every episode of the wave at once, the plain loop
     speculative  the same episodes at once, the configured cascade, depth, breadth and gate
     oracle       the same at once, a perfect predictor replaying each sequential episode's
                  real outputs after `oracle_delay_s`, gate always: the ceiling
     an episode whose arm fails on the infrastructure every attempt is left out of all arms
+    (the arms after it do not play it)
 
 Episodes play through the session (`RolloutSession.play`), which is also what runs collect's
 concurrent episodes: at most `concurrency` (the largest level) at once, on one policy engine.
@@ -30,6 +33,7 @@ from obsspec.environments.tasks.model import Task
 from obsspec.inference.base import Sampling
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.figures import ArmEpisodes
+from obsspec.profile.levels import ARM_ORDERS
 from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.events import Note, TaskSkipped
 from obsspec.rollout.plan import WorkItem
@@ -76,6 +80,7 @@ class WavePlayed:
     spans: dict[str, list[tuple[float, float]]] = field(
         default_factory=lambda: {arm: [] for arm in ARMS}
     )  # per arm, each episode's (start, end) in monotonic seconds, attempts included
+    order: tuple[str, ...] = ARMS  # the order the arms ran in
 
 
 async def all_at_once(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
@@ -90,26 +95,45 @@ async def all_at_once(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 class Wave:
-    """Up to `level` episodes (task, seed), played arm after arm, all at once within an arm."""
+    """Up to `level` episodes (task, seed), played arm after arm in `order`, all at once
+    within an arm."""
 
     def __init__(
-        self, config: ProfileConfig, session: RolloutSession, items: list[WorkItem], level: int
+        self,
+        config: ProfileConfig,
+        session: RolloutSession,
+        items: list[WorkItem],
+        level: int,
+        order: tuple[str, ...] = ARM_ORDERS[0],
     ):
+        if order not in ARM_ORDERS:  # the oracle needs the seq arm's outputs: seq first
+            raise ValueError(f"a wave's arm order is one of {ARM_ORDERS}, not {order}")
         self.config, self.session, self.items, self.level = config, session, items, level
-        self.played = WavePlayed()
+        self.played = WavePlayed(order=order)
         self._lost: set[WorkItem] = set()
 
     async def run(self, emit: Emit) -> WavePlayed:
         await all_at_once(self.warm_prompt(item) for item in self.items)
-        seq = await self.arm("seq", self.items, emit, speculate=False)
-        alive = [item for item in self.items if item in seq]
-        spec = await self.arm("spec", alive, emit)
-        loops = {item: self.oracle(seq[item]) for item in alive}
-        oracle = await self.arm("oracle", alive, emit, loops=loops)
+        rows: dict[str, dict[WorkItem, dict]] = {}
+        alive = list(self.items)
+        for arm in self.played.order:
+            rows[arm] = await self.play_arm(arm, alive, rows, emit)
+            alive = [item for item in alive if item in rows[arm]]
         for item in alive:
-            if item in spec and item in oracle:
-                self.played.episodes.append(ArmEpisodes(seq[item], spec[item], oracle[item]))
+            self.played.episodes.append(ArmEpisodes(**{arm: rows[arm][item] for arm in ARMS}))
         return self.played
+
+    async def play_arm(
+        self, arm: str, items: list[WorkItem], rows: dict[str, dict[WorkItem, dict]], emit: Emit
+    ) -> dict[WorkItem, dict]:
+        """One arm of the wave; `rows`: the rows of the arms played before it (the oracle
+        replays seq's)."""
+        if arm == "seq":
+            return await self.arm(arm, items, emit, speculate=False)
+        if arm == "oracle":
+            loops = {item: self.oracle(rows["seq"][item]) for item in items}
+            return await self.arm(arm, items, emit, loops=loops)
+        return await self.arm(arm, items, emit)
 
     async def arm(
         self,

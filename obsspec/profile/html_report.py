@@ -20,6 +20,7 @@ import json
 from html import escape
 from pathlib import Path
 
+from obsspec.profile.levels import waves_first
 from obsspec.profile.plots import PLOT_NAMES
 
 REPORT_HTML = "report.html"
@@ -170,6 +171,7 @@ LEVEL_COLUMNS = (
     ("seq_agent_s_mean", "sequential s/episode", "seconds"),
     ("spec_agent_s_mean", "speculative s/episode", "seconds"),
     ("at_once", "at once (seq/spec/oracle)", "text"),
+    ("waves_first", "waves seq/spec first", "text"),
     ("arms_dir", "datasets", "text"),
 )
 
@@ -241,7 +243,7 @@ def _summary(report: dict) -> str:
             f'\n<p class="alert">{int(report["lossless_violations"])} lossless violation(s): '
             "a kept reply was generated on a context that was not the real one.</p>"
         )
-    return html
+    return html + _order_notes(report)
 
 
 def _headline(report: dict) -> str:
@@ -277,15 +279,27 @@ def _levels(report: dict) -> str:
             "seq_agent_s_mean": figures["phases"]["seq"]["agent_s_mean"],
             "spec_agent_s_mean": figures["phases"]["spec"]["agent_s_mean"],
             "at_once": "/".join(str(v) for v in (figures.get("episodes_at_once") or {}).values()),
+            "waves_first": waves_first(figures.get("arm_orders")),
         }
         for n, figures in levels.items()
     }
     note = (
         f'<p class="muted">The headline figures above are those of {report.get("concurrency", 1)} '
         "episode(s) at once. Each level plays the same episodes, in waves of N episodes at "
-        "once per arm; 'at once' is the most episodes an arm actually ran together.</p>"
+        "once per arm; 'at once' is the most episodes an arm actually ran together. The "
+        "sequential and speculative arms swap places from one wave to the next (the oracle, "
+        "which replays the sequential arm, runs last).</p>"
     )
     return _section("By concurrency", _table("level", rows, LEVEL_COLUMNS) + note)
+
+
+def _order_notes(report: dict) -> str:
+    """An alert per level whose waves all ran seq and spec in one order."""
+    levels = report.get("by_concurrency") or {str(report.get("concurrency", 1)): report}
+    notes = [
+        f"{n} at once: {f['arm_order_note']}" for n, f in levels.items() if f.get("arm_order_note")
+    ]
+    return "".join(f'\n<p class="alert">{escape(note)}</p>' for note in notes)
 
 
 def _breakdown(groups: dict[str, dict], what: str) -> str:

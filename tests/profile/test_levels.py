@@ -6,20 +6,31 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
+from obsspec.cli.markdown import markdown
 from obsspec.cli.profile_view import concurrency_table, event_line, figures_table
 from obsspec.errors import ConfigError
-from obsspec.profile.arms import ArmDone, Wave
+from obsspec.profile.arms import ARMS, ArmDone, Wave
 from obsspec.profile.calibrate import calibrate, calibrate_levels
 from obsspec.profile.concurrency_plot import plot_by_concurrency
 from obsspec.profile.config import ProfileConfig, load_profile_config
 from obsspec.profile.html_report import render_html
-from obsspec.profile.levels import arms_dir, parse_levels, peak_at_once, waves
-from obsspec.profile.run import LevelPlayed
+from obsspec.profile.levels import (
+    ARM_ORDERS,
+    arm_order_note,
+    arm_orders,
+    arms_dir,
+    order_name,
+    parse_levels,
+    peak_at_once,
+    waves,
+)
+from obsspec.profile.run import LevelPlayed, play_level, play_levels, report_keys
 from obsspec.profile.simulate import Grid, simulate_report
 from obsspec.rollout.engines import engine_settings
 from obsspec.rollout.plan import WorkItem
@@ -154,8 +165,153 @@ async def test_an_episode_lost_in_one_arm_is_left_out_of_all():
 
     assert [e.seq["task_id"] for e in played.episodes] == ["a"]
     assert [(lost["task_id"], lost["arm"]) for lost in played.lost] == [("b", "seq"), ("c", "spec")]
-    # b never reached the speculative arm; c, lost there, still had its oracle played
+    # b never reached the speculative arm; c, lost there, never reached the oracle
     assert sorted(t for arm, t, *_ in session.played if arm == "spec") == ["a", "c"]
+    assert [t for arm, t, *_ in session.played if arm == "oracle"] == ["a"]
+
+
+# --- the arms' order, alternated wave after wave ------------------------------------------------
+SEQ_FIRST, SPEC_FIRST = "seq,spec,oracle", "spec,seq,oracle"
+
+
+class LevelSession(FakeSession):
+    """A FakeSession that play_level can drive: it also resets speculation and hears when a
+    task's episodes are done. Its gate has decided nothing and it has no world model."""
+
+    world_model_engine = None
+
+    def reset_speculation(self) -> None:
+        from obsspec.speculation.gate import Gate
+
+        self.loop = SimpleNamespace(settings=self.loop.settings, gate=Gate())
+
+    async def finished(self, _task_id: str) -> None:
+        pass
+
+
+def wave_orders(played: list[tuple[str, str, float, float]]) -> list[str]:
+    """The arm order of each wave, read off the episodes played: the oracle ends every wave,
+    so an arm after an oracle episode starts the next."""
+    orders: list[list[str]] = []
+    for arm, *_ in played:
+        if not orders or (orders[-1][-1] == "oracle" and arm != "oracle"):
+            orders.append([])
+        if arm not in orders[-1]:
+            orders[-1].append(arm)
+    return [",".join(order) for order in orders]
+
+
+async def test_a_wave_plays_spec_first_when_told_and_the_oracle_still_replays_seq():
+    session = FakeSession(["a", "b"])
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    wave = Wave(ProfileConfig(tasks="t"), session, items, 2, ("spec", "seq", "oracle"))
+    played = await wave.run(lambda _e: None)
+
+    assert [arm for arm, *_ in session.played] == ["spec"] * 2 + ["seq"] * 2 + ["oracle"] * 2
+    assert played.order == ("spec", "seq", "oracle") and len(played.episodes) == 2
+    for arm, after in (("seq", "spec"), ("oracle", "seq")):
+        first_start = min(start for a, _, start, _ in session.played if a == arm)
+        assert first_start >= max(end for a, _, _, end in session.played if a == after)
+    # each episode's arms land in their own places whatever the order they ran in
+    for episode in played.episodes:
+        assert [getattr(episode, arm)["run_id"] for arm in ARMS] == [f"profile-{a}" for a in ARMS]
+
+
+async def test_an_episode_lost_in_the_first_arm_is_not_played_in_the_others():
+    session = FakeSession(["a", "b"], fail={("b", "spec")})
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    wave = Wave(ProfileConfig(tasks="t"), session, items, 2, ("spec", "seq", "oracle"))
+    played = await wave.run(lambda _e: None)
+
+    assert [e.seq["task_id"] for e in played.episodes] == ["a"]
+    assert [(arm, t) for arm, t, *_ in session.played if t == "b"] == [("spec", "b")]
+
+
+@pytest.mark.parametrize(
+    "order", [("oracle", "seq", "spec"), ("seq", "oracle", "spec"), ("seq", "spec"), ARMS[::-1]]
+)
+def test_an_order_with_the_oracle_before_seq_or_an_arm_missing_is_refused(order):
+    with pytest.raises(ValueError, match="arm order"):
+        Wave(ProfileConfig(tasks="t"), FakeSession(["a"]), [], 1, order)
+
+
+def test_the_orders_alternate_and_each_puts_the_oracle_after_seq():
+    orders = arm_orders()
+    taken = [order_name(next(orders)) for _ in range(5)]
+    assert taken == [SEQ_FIRST, SPEC_FIRST, SEQ_FIRST, SPEC_FIRST, SEQ_FIRST]
+    for order in ARM_ORDERS:
+        assert sorted(order) == sorted(ARMS) and order.index("seq") < order.index("oracle")
+
+
+async def play(levels: list[int], tasks: int) -> tuple[list[LevelPlayed], dict[int, list[str]]]:
+    """Levels played over `tasks` fake tasks as profile plays them; per level, the order of
+    each wave as the session saw it."""
+    session = LevelSession([f"t{i}" for i in range(tasks)])
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    seen: dict[int, list[str]] = {}
+    played = []
+    orders = arm_orders()
+    for index, level in enumerate(levels):  # as play_levels does, one level at a time
+        session.played.clear()
+        config = ProfileConfig(tasks="t")
+        played.append(
+            await play_level(
+                config, session, items, level, first=index == 0, orders=orders, emit=lambda _e: 0
+            )
+        )
+        seen[level] = wave_orders(session.played)
+    return played, seen
+
+
+async def test_orders_alternate_across_waves_and_run_on_from_one_level_to_the_next():
+    played, seen = await play([1, 2, 4], tasks=3)
+    # level 1: 3 waves; level 2: 2 waves; level 4: 1 wave, each starting with the order the
+    # level before did not end with
+    assert seen == {
+        1: [SEQ_FIRST, SPEC_FIRST, SEQ_FIRST],
+        2: [SPEC_FIRST, SEQ_FIRST],
+        4: [SPEC_FIRST],
+    }
+    figures = [level.figures() for level in played]
+    assert [f["arm_orders"] for f in figures] == [
+        {SEQ_FIRST: 2, SPEC_FIRST: 1},
+        {SPEC_FIRST: 1, SEQ_FIRST: 1},
+        {SPEC_FIRST: 1},
+    ]
+    assert [f["episodes"] for f in figures] == [3, 3, 3]
+    assert figures[0]["arm_order_note"] is None and figures[1]["arm_order_note"] is None
+    assert figures[2]["arm_order_note"].startswith("the one wave ran spec before seq: drift")
+
+
+async def test_two_levels_of_one_wave_each_get_both_orders():
+    # 2 tasks at concurrency 2 and 4: one wave per level; alternating within a level only
+    # would give both the same order
+    played, seen = await play([2, 4], tasks=2)
+    assert seen == {2: [SEQ_FIRST], 4: [SPEC_FIRST]}
+    notes = [level.figures()["arm_order_note"] for level in played]
+    assert notes[0].startswith("the one wave ran seq before spec")
+    assert "play more than 2 episodes (--episodes-per-task) for two waves" in notes[0]
+    assert notes[1].startswith("the one wave ran spec before seq")
+
+
+async def test_play_levels_runs_the_orders_on_across_levels():
+    session = LevelSession(["a"])
+    items = [WorkItem("a", 0, 0)]
+    played = await play_levels(ProfileConfig(tasks="t"), session, items, [1, 2, 3], lambda _e: 0)
+    assert [level.figures()["arm_orders"] for level in played] == [
+        {SEQ_FIRST: 1},
+        {SPEC_FIRST: 1},
+        {SEQ_FIRST: 1},
+    ]
+
+
+def test_the_note_is_there_only_when_every_wave_ran_in_one_order():
+    assert arm_order_note(Counter(), 8) is None  # no wave at all: nothing to balance
+    assert arm_order_note(Counter({SEQ_FIRST: 1, SPEC_FIRST: 1}), 1) is None
+    assert arm_order_note(Counter({SEQ_FIRST: 3, SPEC_FIRST: 2}), 1) is None
+    assert arm_order_note(Counter({SEQ_FIRST: 1}), 8).startswith("the one wave ran seq before")
+    assert arm_order_note(Counter({SPEC_FIRST: 2}), 8).startswith("all 2 waves ran spec before")
+    assert {"arm_orders", "arm_order_note"} <= report_keys()  # CI gates see them
 
 
 # --- the report per level -------------------------------------------------------------------
@@ -194,6 +350,37 @@ def test_table_html_and_plot_show_every_level(tmp_path):
     line = event_line(ArmDone("seq", "task-a", 0, 1.5, 3, 0, 0, concurrency=4))
     assert line == "task-a #0 [c4] sequential: 1.5 s, 3 turns"
     assert "[c" not in event_line(ArmDone("seq", "task-a", 0, 1.5, 3, 0, 0))
+
+
+def test_the_tables_html_and_markdown_show_the_orders_and_note_only_an_unbalanced_level():
+    report = levels_report()
+    one, four = report["by_concurrency"]["1"], report["by_concurrency"]["4"]
+    one |= {"arm_orders": {SEQ_FIRST: 1, SPEC_FIRST: 1}, "arm_order_note": None}
+    note = arm_order_note(Counter({SPEC_FIRST: 1}), 4)
+    four |= {"arm_orders": {SPEC_FIRST: 1}, "arm_order_note": note}
+    report |= one  # the top-level figures are the first level's: balanced
+
+    def shown(report: dict) -> tuple[str, str, str]:
+        console = Console(record=True, width=250)
+        console.print(figures_table(report))
+        console.print(concurrency_table(report))
+        text = markdown(figures_table(report), concurrency_table(report))
+        return console.export_text(), text, render_html(report, {})
+
+    text, md, html = shown(report)
+    assert "waves seq/spec first" in text and "1/1" in text and "0/1 *" in text
+    assert f"* N=4: {note}" in md and "| 4 |" in md
+    assert f'<p class="alert">4 at once: {note}</p>' in html and "1 at once: " not in html
+    assert text.count("ran spec before seq") == 1  # the level's, not the first level's row
+
+    report |= four  # a one-level report whose only level ran one order: the figures say so
+    report["by_concurrency"] = {"4": four}
+    text, md, html = shown(report)
+    assert "note" in text and f"| note | {note} |" in md and html.count(note) == 1
+
+    balanced = levels_report()  # no orders recorded (an older report): nothing to say
+    text, md, html = shown(balanced)
+    assert "drift" not in text + md + html and "waves seq/spec first" in text  # the column
 
 
 # --- the calibration per level --------------------------------------------------------------

@@ -98,7 +98,11 @@ async def test_three_arms_on_the_same_episodes(
     shown = render_in_browser(config.out / "report.html", timeout_s=60)
     assert shown["images_loaded"] == shown["images_total"] == len(plots)
     assert shown["console_errors"] == []
-    assert [e.arm for e in events if hasattr(e, "arm")] == ["seq", "spec", "oracle"] * 2
+    # two waves of one episode: the second swaps seq and spec (the oracle stays after seq)
+    arms_played = [e.arm for e in events if hasattr(e, "arm")]
+    assert arms_played == ["seq", "spec", "oracle", "spec", "seq", "oracle"]
+    assert report["arm_orders"] == {"seq,spec,oracle": 1, "spec,seq,oracle": 1}
+    assert report["arm_order_note"] is None
 
     with pytest.raises(ConfigError, match="exists; choose another directory, or --overwrite"):
         await profile(config, settings.paths.models_dir, engine=engine)
@@ -128,8 +132,13 @@ async def test_two_concurrency_levels_play_the_same_episodes_and_the_second_at_o
     # after arm (the oracle replays each sequential episode, so it waits for the wave's).
     assert one["episodes_at_once"] == {"seq": 1, "spec": 1, "oracle": 1}
     assert two["episodes_at_once"] == {"seq": 2, "spec": 2, "oracle": 2}
+    # level 1 ran seq first, then spec first; level 2's one wave starts over with seq first,
+    # and its report says that one order is all it had
     arms_played = [e.arm for e in events if isinstance(e, ArmDone) and e.concurrency == 2]
     assert arms_played == ["seq", "seq", "spec", "spec", "oracle", "oracle"]
+    assert one["arm_orders"] == {"seq,spec,oracle": 1, "spec,seq,oracle": 1}
+    assert one["arm_order_note"] is None and two["arm_orders"] == {"seq,spec,oracle": 1}
+    assert two["arm_order_note"].startswith("the one wave ran seq before spec")
     # The same episodes at both levels: level 1 where a one-level profile puts them.
     for arm in ("seq", "spec", "oracle"):
         first = read_rows(config.out / "arms" / arm)
