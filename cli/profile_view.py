@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from obsspec.profile.levels import waves_first
 from obsspec.profile.run import ArmDone, EpisodeLost
 from obsspec.rollout.events import Note, TaskSkipped
 
@@ -66,6 +68,12 @@ def match_rates(figures: dict) -> str:
     )
 
 
+def prefix_cache(figures: dict) -> str:
+    """The world model engine's prompt tokens found in its prefix cache over the level
+    (obsspec.profile.prefix_cache); "-" when it looked nothing up or does not count."""
+    return f"{pct(figures['hit_rate'])} of {figures['queried_tokens']:,} prompt tokens cached"
+
+
 def figures_table(report: dict) -> Table:
     at_once = report.get("concurrency", 1)
     title = f"profile of {report['episodes']} episode(s) per arm, {at_once} at once"
@@ -91,10 +99,16 @@ def figures_table(report: dict) -> Table:
     table.add_row("real output first", pct(report["exec_won_rate"]))
     speedup = report["predictor_speedup_p50"]
     table.add_row("predictor speed-up p50", "-" if speedup is None else f"{speedup:.1f}x")
+    if report.get("wm_prefix_cache") is not None:  # a world model (and a report that has it)
+        table.add_row("world model prefix cache", prefix_cache(report["wm_prefix_cache"]))
     table.add_row("policy tokens wasted", pct(report["tokens_wasted_fraction"]))
     table.add_row("lossless violations", str(report["lossless_violations"]))
     if report["lost_episodes"]:
         table.add_row("left out", str(len(report["lost_episodes"])))
+    if report.get("arm_orders"):  # reports from before the orders alternated have none
+        table.add_row("waves seq/spec first", waves_first(report["arm_orders"]))
+    if report.get("arm_order_note"):
+        table.add_row(Text("note", style="yellow"), Text(report["arm_order_note"], "yellow"))
     return table
 
 
@@ -104,7 +118,11 @@ def concurrency_table(report: dict) -> Table:
     for name in ("N", "episodes", "seq s/ep", "spec s/ep", "reduction", "oracle", "of oracle"):
         table.add_column(name, justify="right")
     table.add_column("ran at once", justify="right")
+    table.add_column("waves seq/spec first", justify="right")
+    notes = []
     for level, figures in report["by_concurrency"].items():
+        if figures.get("arm_order_note"):
+            notes.append(f"N={level}: {figures['arm_order_note']}")
         phases = figures["phases"]
         table.add_row(
             level,
@@ -116,7 +134,12 @@ def concurrency_table(report: dict) -> Table:
             + interval(figures["oracle_latency_reduction_ci95"]),
             pct(figures["oracle_fraction"]) + interval(figures["oracle_fraction_ci95"]),
             "/".join(str(n) for n in figures["episodes_at_once"].values()),
+            (waves_first(figures.get("arm_orders")) or "-")
+            + (" *" if figures.get("arm_order_note") else ""),
         )
+    if notes:  # a level whose waves ran in one order: its figures may carry the drift
+        table.caption = Text("\n".join(f"* {note}" for note in notes), style="yellow")
+        table.caption_justify = "left"
     return table
 
 

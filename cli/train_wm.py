@@ -119,7 +119,7 @@ def train_wm(
     vLLM serves as is, with OUT/obsspec-train.json recording the run.
 
     After training, held-out turns are predicted through vLLM: exact-match rate of
-    the world model and of the cascade (cache, rules, world model), latency, and
+    the world model and of the cascade (cache, rules, repeats, world model), latency, and
     real-execution / prediction speed. With --eval-only, --model is scored on the
     tasks of --data it was not trained on. Rarely changed settings (warm-up,
     gradient accumulation, LoRA alpha, the evaluation engine) live in the

@@ -1,1 +1,2 @@
-"""Predictors of command output (state cache, cache, rules, the LM world model), and WM training."""
+"""Predictors of command output (state cache, cache, rules, repeats, the LM world model), and
+WM training."""

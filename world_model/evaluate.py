@@ -4,10 +4,11 @@
 
 The world model answers every held-out turn through the same engine path speculation uses
 (world_model.lm.LMPredictor: greedy, stopped at the observation's end, capped), `concurrency`
-requests at a time, so its latency is what a busy engine gives. The cascade (cache, then
-rules, then the world model) is then replayed over the turns in episode order, feeding each
-real observation back, as a collection run would: the cache answers a repeated context (a
-sibling episode of the same task), the rules answer certain commands.
+requests at a time, so its latency is what a busy engine gives. The cascade (state cache,
+rules, repeats, then the world model) is then replayed over the turns in episode order,
+feeding each real observation back, as a collection run would: the state cache answers a
+command after the same commands (a sibling episode of the same task), the rules answer
+certain commands, repeats a command run earlier in the same episode.
 
 All rates are pooled over turns (sums of counts, never means of per-task ratios):
 
@@ -16,7 +17,8 @@ All rates are pooled over turns (sums of counts, never means of per-task ratios)
                         paper's figure, and the same name and meaning as in `profile` and `rl`
                         (obsspec.speculation.totals)
     exact_match_rate    the same figure under its older name, kept for existing readers
-    cascade_match_rate  the cascade's answer (cache, rules or world model) over every turn
+    cascade_match_rate  the cascade's answer (cache, rules, repeat or world model) over every
+                        turn
     near_miss_rate      the world model's own answer not exact but within a tenth of the
                         observation by edit distance (obsspec.speculation.near_miss: timings,
                         pids, dates no model can know), over every turn; a near miss is still

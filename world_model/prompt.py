@@ -9,6 +9,13 @@ So the world model continues the policy's own conversation exactly where the rea
 observation would appear, and stops where the observation would end. Policy and world model
 must share a tokenizer (the same ids mean the same text); `check_same_tokenizer` says so
 clearly when they do not.
+
+Each turn's prompt is a prefix of the next turn's (the policy's context grows by appending,
+and the opening is the start of the observation's ids), so an engine with prefix caching
+prefills only the new tokens. One exception: an observation that begins with a run of
+whitespace (`uniq -c`, `wc` of several files) may be tokenised together with the opening's
+last newline, so the next prompt shares all but that last token (prefix caching then loses
+at most one block). Opening the observation elsewhere would change the bytes trained on.
 """
 
 from __future__ import annotations

@@ -7,11 +7,13 @@ It reads top to bottom:
     check the models (and the world model's tokenizer), load the tasks, refuse an existing
     --out unless overwrite
     open the rollout session: the task images (a task that fails is skipped; all failing is
-    an error), the policy engine and the speculative arm's predictors (cache, rules, world
-    model), the sandbox pools
+    an error), the policy engine and the speculative arm's predictors (state cache,
+    rules, repeats, world model), the sandbox pools
     for each concurrency level N (`--concurrency 1,8`), the same episodes (task, seed) in
     waves of N (obsspec.profile.arms), so machine noise hits every arm alike, their prompts
-    prefilled first (so no arm is the only one to pay for them):
+    prefilled first (so no arm is the only one to pay for them), the sequential and
+    speculative arms swapping places from one wave to the next, counted across levels
+    (obsspec.profile.levels.ARM_ORDERS), the oracle last:
         sequential   the wave's N episodes at once, the plain loop
         speculative  the same at once, the configured cascade, depth, breadth and gate
         oracle       the same at once, a perfect predictor replaying each sequential
@@ -19,10 +21,12 @@ It reads top to bottom:
     (an arm's episode that fails on the infrastructure is retried; if it never succeeds, the
     episode is left out of every arm of that level)
     figures per level over the episodes all three arms completed (`by_concurrency`; the
-    top-level figures are the first level's); with --out, each level's arm datasets
-    (OUT/arms/<arm> for the first level, OUT/arms/c<N>/<arm> for the others; readable like a
-    collect run), OUT/report.json, OUT/plots/*.png and OUT/report.html (self-contained: it
-    embeds the plots)
+    top-level figures are the first level's), with how many waves ran in each order
+    (`arm_orders`, and `arm_order_note` when they all ran in one) and the world model
+    engine's prefix-cache hits over the level (`wm_prefix_cache`); with --out, each level's
+    arm datasets (OUT/arms/<arm> for the first level, OUT/arms/c<N>/<arm> for the others;
+    readable like a collect run), OUT/report.json, OUT/plots/*.png and OUT/report.html
+    (self-contained: it embeds the plots)
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from obsspec.errors import ConfigError, ObsspecError
@@ -38,7 +43,15 @@ from obsspec.inference.base import Engine
 from obsspec.profile.arms import ARMS, ArmDone, Emit, EpisodeLost, ProfileEvent, Wave
 from obsspec.profile.config import ProfileConfig
 from obsspec.profile.figures import ArmEpisodes, profile_figures
-from obsspec.profile.levels import arms_dir, peak_at_once, waves
+from obsspec.profile.levels import (
+    arm_order_note,
+    arm_orders,
+    arms_dir,
+    order_name,
+    peak_at_once,
+    waves,
+)
+from obsspec.profile.prefix_cache import prefix_cache_figures, wm_prefix_counts
 from obsspec.rollout.dataset import ShardWriter
 from obsspec.rollout.events import TaskSkipped
 from obsspec.rollout.plan import WorkItem, load_task_set, plan_items
@@ -54,14 +67,18 @@ __all__ = ["ArmDone", "EpisodeLost", "ProfileEvent", "profile"]
 
 @dataclass
 class LevelPlayed:
-    """One concurrency level: the episodes all three arms completed, the lost ones, and
-    per arm the most episodes that ran at once (what the level really achieved)."""
+    """One concurrency level: the episodes all three arms completed, the lost ones, per
+    arm the most episodes that ran at once (what the level really achieved), and how many
+    waves ran in each arm order ("seq,spec,oracle" -> 1)."""
 
     level: int
     arms_dir: str
     episodes: list[ArmEpisodes]
     lost: list[dict]
     at_once: dict[str, int]
+    orders: Counter[str] = field(default_factory=Counter)
+    wm_prefix_cache: dict | None = None  # obsspec.profile.prefix_cache; None: no world model
+    gate: dict | None = None  # the speculative arm's gate: decisions and what it measured
 
     def figures(self) -> dict:
         return {
@@ -70,13 +87,18 @@ class LevelPlayed:
             "episodes_at_once": self.at_once,
             "lost_episodes": self.lost,
             "arms_dir": self.arms_dir,
+            "arm_orders": dict(self.orders),
+            "arm_order_note": arm_order_note(self.orders, self.level),  # None when balanced
+            "wm_prefix_cache": self.wm_prefix_cache,
+            "gate": self.gate,
         }
 
 
 def report_keys() -> set[str]:
     """The top-level keys of every report (CI gates are checked against them before a run):
     a level's figures, computed over no episode, and the report's own."""
-    return {*LevelPlayed(1, "", [], [], {}).figures(), "tasks", "by_concurrency", "config", "files"}
+    level = LevelPlayed(1, "", [], [], {}).figures()
+    return {*level, "tasks", "by_concurrency", "config", "placement", "files"}
 
 
 async def profile(
@@ -119,10 +141,7 @@ async def profile(
         ) from e
     try:
         playable = [item for item in items if session.can_play(item.task_id)]
-        played = [
-            await play_level(config, session, playable, level, first=index == 0, emit=emit)
-            for index, level in enumerate(levels)
-        ]
+        played = await play_levels(config, session, playable, levels, emit)
     finally:
         await session.aclose()
     by_level = {str(level.level): level.figures() for level in played}
@@ -130,11 +149,30 @@ async def profile(
         **by_level[str(levels[0])],
         "tasks": len(session.images),
         "by_concurrency": by_level,
-        "config": config.model_dump(mode="json"),
+        # The config as run: the cores obsspec chose for the roles no setting placed.
+        "config": {**config.model_dump(mode="json"), **placed_cores(session.settings)},
+        "placement": session.opened_placement().as_dict(),
     }
     if config.out is not None:
         write_report(config.out, played[0].episodes, report)
     return report
+
+
+async def play_levels(
+    config: ProfileConfig,
+    session: RolloutSession,
+    items: list[WorkItem],
+    levels: list[int],
+    emit: Emit,
+) -> list[LevelPlayed]:
+    """Every level in turn. The arm orders run on from one level to the next (each starts
+    with the order the last one did not end with), so a level of one wave is not always
+    played in the same order."""
+    orders = arm_orders()
+    return [
+        await play_level(config, session, items, level, first=i == 0, orders=orders, emit=emit)
+        for i, level in enumerate(levels)
+    ]
 
 
 async def play_level(
@@ -144,17 +182,21 @@ async def play_level(
     level: int,
     *,
     first: bool,
+    orders: Iterator[tuple[str, ...]],
     emit: Emit,
 ) -> LevelPlayed:
-    """Every item at this level, in waves of `level`; with --out, the arms' datasets."""
+    """Every item at this level, in waves of `level`, each wave's arms in the next of
+    `orders`; with --out, the arms' datasets."""
     session.reset_speculation()  # no level starts with another's cache or gate estimates
     where = arms_dir(level, first=first)
     played = LevelPlayed(level, where, [], [], {})
+    wm_start = wm_prefix_counts(session)  # the engine serves every level: counts from here
     spans: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     writers = arm_writers(config.out / where if config.out is not None else None)
     try:
         for wave in waves(items, level):
-            result = await Wave(config, session, wave, level).run(emit)
+            result = await Wave(config, session, wave, level, next(orders)).run(emit)
+            played.orders[order_name(result.order)] += 1
             played.episodes += result.episodes
             played.lost += result.lost
             for arm in ARMS:
@@ -168,7 +210,18 @@ async def play_level(
         for writer in writers.values():
             writer.close()
     played.at_once = {arm: peak_at_once(spans[arm]) for arm in ARMS}
+    played.wm_prefix_cache = prefix_cache_figures(wm_start, wm_prefix_counts(session))
+    played.gate = session.loop.gate.summary() if session.loop is not None else None
     return played
+
+
+def placed_cores(settings) -> dict:
+    """The cores settings of a placed session, as a profile config writes them."""
+    return {
+        "sandbox_cpuset": settings.sandbox_cpuset,
+        "engine": settings.engine.model_dump(mode="json"),
+        "speculation": settings.speculation.model_dump(mode="json"),
+    }
 
 
 def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:

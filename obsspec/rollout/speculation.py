@@ -50,9 +50,9 @@ def speculative_loop(
     threshold: float,
     answer_tokens: int,
 ) -> SpeculativeLoop:
-    """A loop with a new cascade (state cache, rules, and the world model on wm_engine when
-    there is one, answering at most answer_tokens) and a new gate. The session and
-    obsspec.api both build theirs here."""
+    """A loop with a new cascade (state cache, rules, repeats, and the world model on
+    wm_engine when there is one, answering at most answer_tokens) and a new gate. The session
+    and obsspec.api both build theirs here."""
     from obsspec.world_model.cascade import default_cascade
     from obsspec.world_model.lm import LMPredictor
     from obsspec.world_model.prompt import WorldModelPrompt

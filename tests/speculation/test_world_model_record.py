@@ -106,15 +106,16 @@ NO_OUTPUT = "(no output)\n[exit code: 0]"
 
 
 async def test_the_default_cascade_with_the_lm_predictor_fills_the_record(builder):
-    """The real cascade (state cache, rules, LMPredictor on a scripted engine that always answers
-    NO_OUTPUT): the rules answer `echo hi`, the world model every other command."""
+    """The real cascade (state cache, rules, repeats, LMPredictor on a scripted engine that
+    always answers NO_OUTPUT): the rules answer `echo hi`, repeats a command run earlier in
+    the episode while its family has not proved them wrong, the world model the others."""
     from obsspec.world_model.cascade import default_cascade
     from obsspec.world_model.lm import LMPredictor
     from obsspec.world_model.prompt import WorldModelPrompt
 
     wm_engine = ScriptedEngine(builder.tokenizer, lambda _context: NO_OUTPUT, logprob=-0.01)
     settings = SpeculationSettings(depth=1, breadth=2, gate=GateSettings(mode=GateMode.always))
-    counts = {"rules": 0, "lm": 0}
+    counts = {"rules": 0, "repeat": 0, "lm": 0}
     for seed in range(6):
         trajectory, context = new_episode(builder, seed)
         engine = fake_policy(builder.tokenizer, salt=seed, commands=COMMANDS)
@@ -130,6 +131,10 @@ async def test_the_default_cascade_with_the_lm_predictor_fills_the_record(builde
             if turn.command == "echo hi":
                 assert record.source == "rules/echo" and not record.wm_asked
                 counts["rules"] += 1
+                continue
+            if record.source == "repeat":
+                assert not record.wm_asked
+                counts["repeat"] += 1
                 continue
             assert record.source == "lm" and record.wm_asked and record.wm_guesses == 1
             assert record.wm_matched == record.matched == (turn.observation == NO_OUTPUT)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 
@@ -43,6 +44,28 @@ def test_a_cut_off_action_gets_its_end_of_turn_before_the_observation(builder):
     wm = WorldModelPrompt(builder)
     cut = policy_context(builder)[:-1]
     assert wm.prompt_ids(cut)[len(cut)] == builder.end_of_turn_id
+
+
+def test_each_turns_prompt_extends_the_last_turns(builder):
+    """The engine's prefix cache then prefills only a turn's new tokens. An observation that
+    begins with a run of whitespace may merge with the opening's last newline: then all but
+    that one token is shared (what prefix caching loses is at most one block)."""
+    wm = WorldModelPrompt(builder)
+    context = builder.prompt_ids("system", "Task:\nfix the build")
+    observations = [*OBSERVATIONS, "  3 foo\n[exit code: 0]", "\n\n\nx\n[exit code: 0]"]
+    prompts = []
+    for turn, observation in enumerate(observations):
+        action = builder.encode(f"```bash\nmake step{turn}\n```")
+        if turn % 2 == 0:
+            action.append(builder.end_of_turn_id)  # odd turns are cut off before it
+        context = context + action
+        prompts.append(wm.prompt_ids(context))
+        context = context + builder.turn_end_ids(action) + builder.observation_ids(observation)
+    for turn, (earlier, later) in enumerate(itertools.pairwise(prompts)):
+        if observations[turn][0].isspace():
+            assert later[: len(earlier) - 1] == earlier[:-1]
+        else:
+            assert later[: len(earlier)] == earlier, observations[turn]
 
 
 def test_policy_and_wm_must_share_a_tokenizer(tokenizer):
