@@ -84,7 +84,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         max_model_len=2048,
         kv_cache_gb=1.0,
         max_num_seqs=max(args.streams, 8),
-        cpu_cores=args.cores,
+        cpu_cores=None if args.cores == "auto" else args.cores,
         cpu_libraries=libraries(setup),
     )
     start = time.monotonic()

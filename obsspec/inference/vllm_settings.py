@@ -30,6 +30,8 @@ Platform = Literal["cpu", "cuda"]
 
 # What sizes the cache on CPU when kv_cache_gb is not set.
 CPU_KV_CACHE_GB = 1.0
+# Prompt lookup: the draft continues the last 2 to 4 tokens where they last appeared.
+NGRAM_MIN, NGRAM_MAX = 2, 4
 GIB = 1 << 30
 
 
@@ -74,6 +76,15 @@ class EngineSettings(StrictModel):
         description="CPU build: bind the engine's compute threads to these cores, e.g. '1' "
         "or '0-3' [default: vLLM's choice, core 0 on a 2-core machine, for every engine].",
     )
+    ngram_draft_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="Draft up to this many tokens a step by prompt lookup (vLLM's n-gram "
+        "speculative decoding: a draft is the continuation of the last n-gram where it "
+        "appeared in the prompt, verified in one forward pass; greedy output stays the "
+        "model's) [0: off].",
+    )
     cpu_libraries: list[str] | None = Field(
         default=None,
         description="CPU build: shared libraries preloaded into the engine's processes "
@@ -115,6 +126,13 @@ def engine_kwargs(settings: EngineSettings, platform: Platform) -> dict[str, Any
         # so that a change of default cannot silently make every prompt prefill whole.
         "enable_prefix_caching": True,
     }
+    if s.ngram_draft_tokens:
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": s.ngram_draft_tokens,
+            "prompt_lookup_min": NGRAM_MIN,
+            "prompt_lookup_max": NGRAM_MAX,
+        }
     if platform == "cpu":
         kv_cache_gb = s.kv_cache_gb if s.kv_cache_gb is not None else CPU_KV_CACHE_GB
         kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * GIB)

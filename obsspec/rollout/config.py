@@ -84,6 +84,11 @@ class EngineOptions(StrictModel):
         description="CPU build: the policy engine's cores, e.g. '0' [default: obsspec's "
         "placement (`cpu_placement`)].",
     )
+    cpu_libraries: list[str] | None = Field(
+        default=None,
+        description="CPU build: libraries preloaded into both engines' processes [default: "
+        "tcmalloc and Intel OpenMP where installed; [] for none, as vLLM alone].",
+    )
 
 
 class SpeculationConfig(SpeculationSettings):
@@ -120,6 +125,14 @@ class SpeculationConfig(SpeculationSettings):
         description="GPU: the share of the GPU the world model's engine may take; with the "
         "policy engine on the same GPU the two must sum to less than 1 [default: vLLM's "
         "0.92, which leaves no room for a second engine]. Not used on CPU.",
+    )
+    wm_draft_tokens: int = Field(
+        default=5,
+        ge=0,
+        le=16,
+        description="The world model's engine drafts up to this many tokens a step by prompt "
+        "lookup (observations often repeat what the context shows; greedy answers stay the "
+        "model's; 0: off; measured in docs/benchmarks.md).",
     )
     wm_tensor_parallel_size: int = Field(
         default=1, ge=1, description="GPUs the world model's engine shards its model across."

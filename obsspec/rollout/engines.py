@@ -54,6 +54,7 @@ def engine_settings(
             "cpu_cores": spec.wm_cpu_cores,
             "gpu_memory_utilization": spec.wm_gpu_memory_utilization,
             "tensor_parallel_size": spec.wm_tensor_parallel_size,
+            "ngram_draft_tokens": spec.wm_draft_tokens,
         }
     return EngineSettings(
         model=model_dir,
@@ -61,6 +62,7 @@ def engine_settings(
         max_num_seqs=max(64, 2 * rollout.concurrency * breadth),
         seed=seed,
         enforce_eager=options.enforce_eager,
+        cpu_libraries=options.cpu_libraries,
         allow_untested_vllm=options.allow_untested_vllm,
         **own,
     )

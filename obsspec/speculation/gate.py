@@ -2,41 +2,43 @@
 
 The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmetic"):
 
-    S = min(G, E - P)            seconds a hit saves: the next reply overlaps the command
-    p = h * q                    the chance that a guess is exactly right (h) and arrives
-                                 before the command ends (q)
-    L = running + waiting        requests the policy engine serves besides this one
-    C = commands running         in every episode sharing the loop, this one included
-    ask the world model  iff  S >= min_saving_s  and
-        p*S > (1 - p)*S*(waste_weight + contention*L) + P*(s_policy*L + s_commands*C) + overhead_s
+    S = mean over l of min(G, E - l)+   seconds a hit saves: the next reply overlaps the
+                                        command, for each recent world-model latency l
+    p = h * a                           the chance of an exact guess: the family's hit rate
+                                        (h) times the share of questions answered (a)
+    L = running + waiting               requests the policy engine serves besides this one
+    ask the world model  iff  min(G, E) >= min_saving_s  and  S >= min_saving_s  and
+        p*S > (1 - p)*S*(waste_weight + contention*L) + P*s*L + overhead_s
 
     E  expected seconds of the command: an online mean per (task, command family), falling
        back to the family's, then to `prior_exec_s`. Every real execution updates it, so a
        family of fast commands stops being speculated on after its first run.
     G  expected seconds of a policy reply (online mean of real replies).
-    P  the world model's seconds to answer at the current load (below).
+    l  the world model's latencies at the current load (below); P their mean.
     h  the command family's hit rate among answers, from `prior_hit_rate`.
     A miss wastes about S seconds of engine time, which counts as `waste_weight` seconds of
     latency each, and slows the L other requests by the fraction `contention` each for that
     long; `overhead_s` is the fixed cost of an attempt.
 
 What speculation actually returns is learned per regime (obsspec.speculation.regimes: how
-many episodes share the engines now): q, the share of the world model's answers that came
-before the command ended (an answer after it, no answer or a failure count against it, from
-`prior_on_time`); P, its latency at that load; and two slowdowns measured while it worked,
-s_policy (the policy's seconds per token, busy against idle) and s_commands (commands'
-seconds against their expectation): its P seconds of work cost every other reply and command
-that much. When the expected saving is not positive the world model is not asked, so its
-engine does no work; the cheap predictors (state cache, rules, repeats) are still asked, and
-a guess of theirs is branched on when it pays (`should_branch`). Every `explore_every`-th
-question declined for lateness, slowdown or a low hit rate is asked anyway, so a regime or a
-family written off is tried again (the load changes; a co-trained world model improves).
+many episodes share the engines now): the world model's latencies there (a question
+cancelled because its command ended first counts the seconds it ran, a lower bound: an
+answer later than the commands of a family shows as no saving for that family, while longer
+commands still get asked); a, the share of the questions that ended with a guess (no answer,
+an answer cut off, a failure: not; from `prior_answered`); and s, the slowdown of the policy's
+engine measured while it worked (seconds per token of real replies, busy against idle, at
+the same engine load): its P seconds of work cost each of the L other requests s*P. When
+the expected saving is not positive the world model is not asked, so its engine does no
+work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
+theirs is branched on when it pays (`should_branch`). Every `explore_every`-th question
+declined for lateness, slowdown or a low hit rate is asked anyway, so a regime or a family
+written off is tried again (the load changes; a co-trained world model improves).
 
 Every decision has a reason (GateReason), counted in `decisions` and kept on the turn's
 SpeculationRecord (`gate`): asked, explore, always, never, too_fast (a hit would save less
-than min_saving_s even with an instant answer), late (answers come after the commands: P
-eats the saving, or q is too low), unlikely (h too low even on time and for free), slowdown
-(the world model's work costs the others more than a hit saves).
+than min_saving_s even with an instant answer), late (the world model's latencies leave no
+saving on such a command), unlikely (p too low), slowdown (the world model's work costs the
+others more than a hit saves).
 
 It is asked twice. Before predicting (`decide`), as above. After a guess arrives
 (`should_branch`), p blends the (family, source) hit rate with the guess's own confidence,
@@ -105,12 +107,12 @@ class GateSettings(StrictModel):
         description="Ask the world model on every N-th question declined for lateness, "
         "slowdown or a low hit rate (0: never); re-tests a regime or family written off.",
     )
-    prior_on_time: float = Field(
+    prior_answered: float = Field(
         default=0.8,
         ge=0,
         le=1,
-        description="Share of the world model's answers assumed to arrive before the "
-        "command ends, at a load never measured.",
+        description="Share of the world model's questions assumed to end with a guess (not "
+        "empty, cut off or failed), at a load never measured.",
     )
     regime_window: int = Field(
         default=20, ge=1, description="World-model answers remembered per regime."
@@ -207,7 +209,7 @@ class Decision:
 
     ask_world_model: bool
     reason: GateReason
-    regime: str = ""  # the load it was decided at (obsspec.speculation.regimes)
+    regime: str  # the load it was decided at (obsspec.speculation.regimes)
 
 
 class Gate:
@@ -243,31 +245,28 @@ class Gate:
         return self.decide(ask).ask_world_model
 
     def _decide(self, ask: Ask) -> Decision:
-        if self.mode != GateMode.auto:
-            reason = GateReason.always if self.mode == GateMode.always else GateReason.never
-            return Decision(self.mode == GateMode.always, reason)
-        s = self.settings
         name, regime = self.regimes.now()
+        if self.mode != GateMode.auto:  # still measured per regime: the report shows it
+            reason = GateReason.always if self.mode == GateMode.always else GateReason.never
+            return Decision(self.mode == GateMode.always, reason, name)
+        s = self.settings
         family = command_family(ask.command)
-        latency = regime.latency.get(self.prediction.get(0.0))
-        saving = self._saving(ask, latency)
-        if saving < s.min_saving_s:
-            # A command too short to overlap anything, or one the world model cannot beat.
-            if self._saving(ask, 0.0) < s.min_saving_s:
-                return Decision(False, GateReason.too_fast, name)
-            return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
+        if self._saving(ask, 0.0) < s.min_saving_s:  # nothing to overlap, however fast
+            return Decision(False, GateReason.too_fast, name)
+        latencies = list(regime.latencies) or [self.prediction.get(0.0)]
+        # The saving expected from this load's latencies: each one either beats the command
+        # (saving what is left of it, up to a reply) or not (nothing).
+        saving = sum(self._saving(ask, latency) for latency in latencies) / len(latencies)
         counts = self._family_hits.get(family, HitCount())
         hit = (counts.hits + 2 * s.prior_hit_rate) / (counts.attempts + 2)
-        on_time = regime.on_time.rate(s.prior_on_time)
-        slowdown = latency * (
-            regime.policy.slowdown(s.min_slowdown_samples) * ask.load
-            + regime.commands.slowdown(s.min_slowdown_samples) * (self.regimes.commands + 1)
-        )
-        if not self._pays(hit, saving, ask.load):
-            return self._declined_or_explore(GateReason.unlikely, f"family:{family}", name)
-        if not self._pays(hit * on_time, saving, ask.load):
+        p = hit * regime.answered.rate(s.prior_answered)
+        policy_slowdown = regime.policy.slowdown(s.min_slowdown_samples)
+        slowdown = regime.mean_latency(self.prediction.get(0.0)) * policy_slowdown * ask.load
+        if saving < s.min_saving_s:  # the world model is slower than such a command
             return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
-        if not self._pays(hit * on_time, saving, ask.load, extra=slowdown):
+        if not self._pays(p, saving, ask.load):
+            return self._declined_or_explore(GateReason.unlikely, f"family:{family}", name)
+        if not self._pays(p, saving, ask.load, extra=slowdown):
             return self._declined_or_explore(GateReason.slowdown, f"regime:{name}", name)
         return Decision(True, GateReason.asked, name)
 
@@ -305,36 +304,43 @@ class Gate:
         return p * saving > miss_cost + extra + s.overhead_s
 
     # --- learning ------------------------------------------------------------------------
-    def observe_execution(
-        self, task_hash: str, command: str, seconds: float, busy_fraction: float = 0.0
-    ) -> None:
-        """A command ran for real; busy_fraction: the share of its time the world model was
-        answering (its slowdown of commands is measured from it)."""
-        expected = self.expected_exec_s(task_hash, command)  # before this run updates it
-        if expected > 0:
-            self.regimes.now()[1].commands.add(seconds / expected, busy_fraction)
+    def observe_execution(self, task_hash: str, command: str, seconds: float) -> None:
         family = command_family(command)
         self._exec[(task_hash, family)].add(seconds)
         self._exec_family[family].add(seconds)
 
     def observe_generation(
-        self, seconds: float, *, decode_s: float = 0.0, tokens: int = 0, busy_fraction=0.0
+        self,
+        seconds: float,
+        *,
+        decode_s: float = 0.0,
+        tokens: int = 0,
+        busy_fraction: float = 0.0,
+        load: int = 0,
     ) -> None:
         """A real reply took `seconds`; with its decode seconds and tokens, the seconds per
-        token while the world model was busy or idle (its slowdown of the policy)."""
+        token while the world model was busy or idle (its slowdown of the policy), compared
+        at the load (requests on the policy engine) the reply began at."""
         self.generation.add(seconds)
         if tokens > 1 and decode_s > 0:
-            self.regimes.now()[1].policy.add(decode_s / (tokens - 1), busy_fraction)
+            self.regimes.now()[1].policy.add(decode_s / (tokens - 1), busy_fraction, load)
 
     def observe_prediction(self, seconds: float) -> None:
         self.prediction.add(seconds)
 
-    def observe_answer(self, regime: str, *, on_time: bool, latency_s: float | None) -> None:
+    def observe_answer(
+        self,
+        regime: str,
+        *,
+        on_time: bool,
+        latency_s: float | None,
+        answered: bool | None = None,
+    ) -> None:
         """A world-model question asked at `regime` got a guess before the command ended
-        (on_time), or did not (it came after, empty, or failed)."""
-        self.regimes.by_name.setdefault(regime, Regime(self.settings.regime_window)).answered(
-            on_time=on_time, latency_s=latency_s
-        )
+        (on_time), or did not; latency_s: its seconds (a lower bound when it was cancelled);
+        answered: it ended with a guess (None: cancelled before it ended)."""
+        regime_stats = self.regimes.by_name.setdefault(regime, Regime(self.settings.regime_window))
+        regime_stats.outcome(on_time=on_time, latency_s=latency_s, answered=answered)
 
     def observe_outcome(self, command: str, source: str, matched: bool) -> None:
         family = command_family(command)
@@ -347,5 +353,5 @@ class Gate:
         return {
             "mode": str(self.mode),
             "decisions": dict(sorted(self.decisions.items())),
-            "regimes": self.regimes.as_dict(s.prior_on_time, s.min_slowdown_samples),
+            "regimes": self.regimes.as_dict(s.min_slowdown_samples),
         }

@@ -57,6 +57,7 @@ class Node:
         self.exec_started: float | None = None
         self.closed = False
         self.span = (0.0, 0.0)  # the gate's (clock, busy mark) when its generation began
+        self.load = 0  # requests on the policy engine when its generation began
         self.decision: Decision | None = None  # the gate's, about this reply's command
 
     def subtree(self) -> Iterator[Node]:

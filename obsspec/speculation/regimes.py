@@ -10,14 +10,24 @@ A regime is how many episodes share the engines now, in powers of two (1, 2, 3-4
 17-32, 33+): the figures of one load say nothing of another's (8 episodes at once on 2 cores
 saved 6% with speculation, 16 lost 33%: docs/benchmarks.md). Per regime it keeps:
 
-    on_time     of the last `window` world-model questions, those answered, with a guess,
-                before the command ended (an answer after it, no answer, a failure: not)
-    latency     the world model's seconds to answer
+    latencies   the world model's seconds to answer, the last `window` questions (one
+                cancelled because its command ended first counts the seconds it had run: a
+                lower bound, which still says it is slower than a command that long)
+    answered    of the questions that ended (not cancelled), those with a guess (no answer,
+                a cut-off answer or a failure: not)
+    on_time     of the questions, those answered with a guess before the command ended
+                (reported; the gate weighs each command against the latencies instead, so
+                late answers to short commands do not count against long ones)
     policy      seconds per token of the policy's real replies while the world model was
                 busy (at least half of the reply's time) against while it was idle (at most a
-                tenth): how much the world model's work slows the policy's engine
-    commands    commands' seconds over their expected seconds, busy against idle: how much it
-                slows the sandboxes (on a CPU machine they may share its cores)
+                tenth), compared between replies begun at the same engine load (requests in
+                the policy engine, in powers of two: more requests decode slower anyway, and
+                the world model is busiest when most episodes run): how much the world
+                model's work slows the policy's engine
+
+(Commands are not measured so: a command family's runs differ too much in length, `make lint`
+against `make test`, and the world model is asked about the long ones, so busy runs are the
+long ones whatever it costs them.)
 
 `busy` is measured on one clock: the seconds during which at least one world-model question
 was in flight (`predicting`), so any span's busy fraction is a difference of two marks.
@@ -74,29 +84,43 @@ class Recent:
 
 
 @dataclass
-class SlowdownMeter:
-    """A cost per unit of work, apart while the world model was busy and while it was idle."""
-
+class BusyIdle:
     busy: OnlineMean = field(default_factory=OnlineMean)
     idle: OnlineMean = field(default_factory=OnlineMean)
 
-    def add(self, cost: float, busy_fraction: float) -> None:
+
+@dataclass
+class SlowdownMeter:
+    """A cost per unit of work while the world model was busy and while it was idle, apart
+    for each load (a stratum) the work began at."""
+
+    strata: dict[int, BusyIdle] = field(default_factory=dict)
+
+    def add(self, cost: float, busy_fraction: float, load: int = 0) -> None:
+        stratum = self.strata.setdefault(load.bit_length(), BusyIdle())  # 0, 1, 2-3, 4-7...
         if busy_fraction >= BUSY:
-            self.busy.add(cost)
+            stratum.busy.add(cost)
         elif busy_fraction <= IDLE:
-            self.idle.add(cost)
+            stratum.idle.add(cost)
 
     def slowdown(self, min_samples: int) -> float:
-        """busy / idle - 1, clipped to [0, MAX_SLOWDOWN]; 0 until both have min_samples (no
-        evidence of harm is not evidence of harm)."""
-        if min(self.busy.count, self.idle.count) < min_samples or self.idle.value <= 0:
+        """busy / idle - 1 within each stratum that has min_samples of both, averaged by busy
+        samples, clipped to [0, MAX_SLOWDOWN]; 0 without such a stratum (no evidence of harm
+        is not evidence of harm)."""
+        ratios = [
+            (s.busy.value / s.idle.value - 1.0, s.busy.count)
+            for s in self.strata.values()
+            if min(s.busy.count, s.idle.count) >= min_samples and s.idle.value > 0
+        ]
+        if not ratios:
             return 0.0
-        return min(max(self.busy.value / self.idle.value - 1.0, 0.0), MAX_SLOWDOWN)
+        mean = sum(r * n for r, n in ratios) / sum(n for _, n in ratios)
+        return min(max(mean, 0.0), MAX_SLOWDOWN)
 
     def as_dict(self, min_samples: int) -> dict:
         return {
-            "busy_samples": self.busy.count,
-            "idle_samples": self.idle.count,
+            "busy_samples": sum(s.busy.count for s in self.strata.values()),
+            "idle_samples": sum(s.idle.count for s in self.strata.values()),
             "slowdown": round(self.slowdown(min_samples), 4),
         }
 
@@ -106,32 +130,41 @@ class Regime:
     """What speculation returned at one load (see the module docstring)."""
 
     window: int = 20
+    latencies: deque = field(init=False)
+    answered: Recent = field(init=False)
     on_time: Recent = field(init=False)
-    latency: OnlineMean = field(default_factory=OnlineMean)
     policy: SlowdownMeter = field(default_factory=SlowdownMeter)
-    commands: SlowdownMeter = field(default_factory=SlowdownMeter)
-    declined: int = 0  # questions the gate declined here for lateness or slowdown
 
     def __post_init__(self) -> None:
+        self.latencies = deque(maxlen=self.window)
+        self.answered = Recent(self.window)
         self.on_time = Recent(self.window)
 
-    def answered(self, *, on_time: bool, latency_s: float | None) -> None:
-        """One world-model question's outcome; latency_s: its seconds when an answer came
-        (for one cancelled because the command ended first: the seconds it had run, a lower
-        bound, still worth learning from)."""
+    def outcome(self, *, on_time: bool, latency_s: float | None, answered: bool | None) -> None:
+        """One world-model question's outcome: on_time, answered with a guess before its
+        command ended; latency_s, its seconds (for one cancelled when the command ended: the
+        seconds it had run, a lower bound); answered, whether it ended with a guess (None:
+        cancelled first, unknown)."""
         self.on_time.add(on_time)
         if latency_s is not None:
-            self.latency.add(latency_s)
+            self.latencies.append(latency_s)
+        if answered is not None:
+            self.answered.add(answered)
 
-    def as_dict(self, prior_on_time: float, min_samples: int) -> dict:
+    def mean_latency(self, default: float) -> float:
+        return sum(self.latencies) / len(self.latencies) if self.latencies else default
+
+    def as_dict(self, min_samples: int) -> dict:
         return {
             "questions": len(self.on_time),
-            "on_time_rate": round(self.on_time.rate(prior_on_time, weight=0.0), 4)
+            "on_time_rate": round(self.on_time.rate(0.0, weight=0.0), 4)
             if len(self.on_time)
             else None,
-            "wm_latency_s": round(self.latency.value, 4) if self.latency.count else None,
+            "wm_latency_s": round(self.mean_latency(0.0), 4) if self.latencies else None,
+            "answered_rate": round(self.answered.rate(0.0, weight=0.0), 4)
+            if len(self.answered)
+            else None,
             "policy": self.policy.as_dict(min_samples),
-            "commands": self.commands.as_dict(min_samples),
         }
 
 
@@ -154,7 +187,6 @@ class Regimes:
         self.clock = clock
         self.by_name: dict[str, Regime] = {}
         self.episodes = 0  # episodes in flight on the loop
-        self.commands = 0  # commands running for real
         self._predicting = 0
         self._busy_s = 0.0
         self._since = 0.0  # when the current busy span began
@@ -172,14 +204,6 @@ class Regimes:
             yield
         finally:
             self.episodes -= 1
-
-    @contextlib.contextmanager
-    def command(self) -> Iterator[None]:
-        self.commands += 1
-        try:
-            yield
-        finally:
-            self.commands -= 1
 
     @contextlib.contextmanager
     def predicting(self) -> Iterator[None]:
@@ -208,12 +232,13 @@ class Regimes:
         seconds = self.clock() - started
         return min(max((self.busy_mark() - mark) / seconds, 0.0), 1.0) if seconds > 0 else 0.0
 
-    def as_dict(self, prior_on_time: float, min_samples: int) -> dict:
+    def as_dict(self, min_samples: int) -> dict:
         return {
-            name: regime.as_dict(prior_on_time, min_samples)
+            name: regime.as_dict(min_samples)
             for name, regime in sorted(self.by_name.items(), key=lambda item: _order(item[0]))
         }
 
 
 def _order(name: str) -> int:
-    return int(name.split("-")[0].rstrip("+"))
+    first = name.split("-")[0].rstrip("+")
+    return int(first) if first.isdigit() else 0

@@ -167,6 +167,7 @@ class SpeculativeEpisode:
                 decode_s=gen.timings.decode_s,
                 tokens=len(gen.token_ids),
                 busy_fraction=self.gate.regimes.busy_fraction(node.span),
+                load=node.load,
             )
         return gen
 
@@ -192,15 +193,10 @@ class SpeculativeEpisode:
         node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
         context = node.speculation_context(self.trajectory.task_hash)
-        regimes = self.gate.regimes
-        span = regimes.span()
-        with running(self.loop.predictor, context, command), regimes.command():
-            # (others may wait for its output: the state cache)
+        with running(self.loop.predictor, context, command):  # others may wait for its output
             result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
             record_result(turn, result, self.limits)
-            self.gate.observe_execution(
-                self.trajectory.task_hash, command, result.duration_s, regimes.busy_fraction(span)
-            )
+            self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
             self.loop.predictor.observe(context, command, turn.observation)
 
     def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:
@@ -285,6 +281,8 @@ class SpeculativeEpisode:
         if restart_clock:  # regenerated; a resubmitted reply was begun when first asked
             node.started = time.monotonic()
             node.span = self.gate.regimes.span()
+            stats = self.engine.stats()
+            node.load = stats.running + stats.waiting  # before this request joins them
         node.generation = task = self.start(
             self.engine.generate(
                 node.context.ids, sampling, priority=node.level, progress=node.progress
@@ -344,7 +342,10 @@ class SpeculativeEpisode:
             record.failed = True
             record.error = describe(e, self.settings.predict_timeout_s)
             if costly:
-                self.gate.observe_answer(node.decision.regime, on_time=False, latency_s=None)
+                failed_after = time.monotonic() - start
+                self.gate.observe_answer(
+                    node.decision.regime, on_time=False, latency_s=failed_after, answered=False
+                )
             return
         node.predict_s = time.monotonic() - start
         guesses = distinct_guesses(predictions, self.settings.breadth)
@@ -352,9 +353,11 @@ class SpeculativeEpisode:
             self.gate.observe_prediction(node.predict_s)
             wm = offered_by(predictions, WORLD_MODEL)
             if wm is not None:  # the world model was asked (not answered by a cheaper one)
-                on_time = bool(wm) and not node.closed
                 self.gate.observe_answer(
-                    node.decision.regime, on_time=on_time, latency_s=node.predict_s
+                    node.decision.regime,
+                    on_time=bool(wm) and not node.closed,
+                    latency_s=node.predict_s,
+                    answered=bool(wm),
                 )
         elif not guesses:
             return  # the cheap predictors had nothing: no attempt

@@ -63,3 +63,21 @@ def test_two_engines_on_a_gpu_must_each_say_their_share(tmp_path):
     engine_settings(tmp_path, shares_unset, role="policy", platform="cpu")  # no GPU: no share
     alone = RolloutSettings()  # no world model: the policy's engine has the GPU to itself
     engine_settings(tmp_path, alone, role="policy", platform="cuda")
+
+
+def test_only_the_world_models_engine_drafts_by_prompt_lookup(tmp_path):
+    settings = gpu_settings()
+    policy = engine_kwargs(
+        engine_settings(tmp_path, settings, role="policy", platform="cpu"), "cpu"
+    )
+    wm = engine_kwargs(
+        engine_settings(tmp_path, settings, role="world_model", platform="cpu"), "cpu"
+    )
+    assert "speculative_config" not in policy  # its sampled replies are the data: untouched
+    assert wm["speculative_config"]["method"] == "ngram"
+    assert wm["speculative_config"]["num_speculative_tokens"] == 5
+    off = settings.model_copy(
+        update={"speculation": settings.speculation.model_copy(update={"wm_draft_tokens": 0})}
+    )
+    wm_off = engine_settings(tmp_path, off, role="world_model", platform="cpu")
+    assert "speculative_config" not in engine_kwargs(wm_off, "cpu")

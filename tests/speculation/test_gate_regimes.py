@@ -62,8 +62,8 @@ def test_late_answers_at_one_load_turn_the_world_model_off_there_only():
     with episodes(gate, 8):
         assert gate.decide(ask()).reason == GateReason.asked  # the prior: answers come in time
         regime, _ = gate.regimes.now()
-        for _ in range(10):
-            gate.observe_answer(regime, on_time=False, latency_s=None)  # no answer in time
+        for _ in range(10):  # each cancelled when its 3 s command ended, after 3.5 s
+            gate.observe_answer(regime, on_time=False, latency_s=3.5)
         decision = gate.decide(ask())
         assert not decision.ask_world_model and decision.reason == GateReason.late
         assert decision.regime == "5-8"
@@ -88,7 +88,7 @@ def test_exploration_asks_again_and_a_recovered_regime_is_used_again():
     with episodes(gate, 8):
         regime, _ = gate.regimes.now()
         for _ in range(10):
-            gate.observe_answer(regime, on_time=False, latency_s=0.2)
+            gate.observe_answer(regime, on_time=False, latency_s=3.5)
         reasons = [gate.decide(ask()).reason for _ in range(8)]
         assert reasons == [GateReason.late] * 3 + [GateReason.explore] + [GateReason.late] * 3 + [
             GateReason.explore
@@ -98,11 +98,44 @@ def test_exploration_asks_again_and_a_recovered_regime_is_used_again():
         assert gate.decide(ask()).reason == GateReason.asked
 
 
+def test_late_answers_to_short_commands_do_not_count_against_long_ones():
+    gate = taught(explore_every=0)
+    gate.observe_execution("task", "cat config", 0.5)
+    gate.observe_execution("task", "make build", 5.0)
+    with episodes(gate, 8):
+        regime, _ = gate.regimes.now()
+        for _ in range(10):  # 2 s answers: later than `cat` (cancelled at 0.5 s), in time else
+            gate.observe_answer(regime, on_time=False, latency_s=0.5, answered=None)
+            gate.observe_answer(regime, on_time=True, latency_s=2.0, answered=True)
+        assert gate.decide(Ask("task", "cat config", 0)).reason == GateReason.late
+        assert gate.decide(Ask("task", "make build", 0)).reason == GateReason.asked
+
+
+def test_questions_that_end_without_a_guess_make_it_unlikely_to_pay():
+    gate = taught(explore_every=0)
+    with episodes(gate, 2):
+        regime, _ = gate.regimes.now()
+        for _ in range(10):  # fast, but empty or cut off every time
+            gate.observe_answer(regime, on_time=False, latency_s=0.2, answered=False)
+        assert gate.decide(ask()).reason == GateReason.unlikely
+        assert gate.summary()["regimes"]["2"]["answered_rate"] == 0.0
+
+
+def test_always_and_never_still_learn_per_regime():
+    gate = taught(mode="always")
+    with episodes(gate, 3):
+        decision = gate.decide(ask())
+        assert decision.reason == GateReason.always and decision.regime == "3-4"
+        gate.observe_answer(decision.regime, on_time=True, latency_s=0.4, answered=True)
+    assert gate.summary()["regimes"]["3-4"]["wm_latency_s"] == 0.4
+    assert gate.summary()["decisions"] == {"always": 1}
+
+
 def slowed(gate: Gate, factor: float, samples: int = 4) -> None:
     """Replies decode `factor` times slower while the world model is busy than while idle."""
     for _ in range(samples):
-        gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0)
-        gate.observe_generation(1.0, decode_s=factor, tokens=11, busy_fraction=1.0)
+        gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0, load=8)
+        gate.observe_generation(1.0, decode_s=factor, tokens=11, busy_fraction=1.0, load=8)
 
 
 def test_a_measured_policy_slowdown_turns_it_off_when_others_would_pay_for_it():
@@ -130,17 +163,17 @@ def test_no_slowdown_is_claimed_without_busy_and_idle_samples_both():
     assert meter.slowdown(min_samples=3) == pytest.approx(2.0)
 
 
-def test_commands_slowed_while_the_world_model_works_count_as_its_cost():
-    clock = FakeClock()
-    gate = taught(clock, explore_every=0)
-    with episodes(gate, 8):
-        for _ in range(4):
-            gate.observe_execution("task", "make", 3.0, busy_fraction=0.0)
-            gate.observe_execution("task", "make", 9.0, busy_fraction=1.0)
-        with contextlib.ExitStack() as running:
-            for _ in range(8):
-                running.enter_context(gate.regimes.command())
-            assert gate.decide(ask()).reason == GateReason.slowdown
+def test_slowdown_is_compared_at_the_same_engine_load():
+    """Replies decode slower with more requests on the engine; the world model is busiest
+    when most episodes run. Busy replies at load 8 against idle ones at load 1 say nothing."""
+    meter = SlowdownMeter()
+    for _ in range(4):
+        meter.add(2.0, busy_fraction=1.0, load=8)  # busy, at a high load
+        meter.add(1.0, busy_fraction=0.0, load=1)  # idle, at a low one
+    assert meter.slowdown(min_samples=3) == 0.0  # no stratum has both
+    for _ in range(4):
+        meter.add(2.0, busy_fraction=0.0, load=8)  # idle at the same high load: as slow
+    assert meter.slowdown(min_samples=3) == 0.0
 
 
 def test_busy_time_is_the_union_of_overlapping_predictions():
