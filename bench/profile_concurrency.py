@@ -52,6 +52,7 @@ LEVEL_KEYS = (
     "match_rate_attempted",
     "match_rate_used",
     "predictor_speedup_p50",
+    "wm_speedup_p50",
     "exec_won_rate",
     "tokens_wasted_fraction",
     "lossless_violations",

@@ -81,7 +81,13 @@ HEADLINE = (
         "predictor_speedup_p50",
         "Predictor speed-up (p50)",
         "times",
-        "median of command seconds / prediction seconds",
+        "median of command seconds / prediction seconds, every source",
+    ),
+    (
+        "wm_speedup_p50",
+        "World model speed-up (p50)",
+        "times",
+        "the same over the world model's answers alone",
     ),
     (
         "tokens_wasted_fraction",
