@@ -14,13 +14,14 @@ parsed, and reported when a model refuses one: obsspec.overrides.
 
 from __future__ import annotations
 
+import re
 import tomllib
 import warnings
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from obsspec.errors import ConfigError
 from obsspec.overrides import SET, Overrides, deep_merge, unknown_key
@@ -39,6 +40,19 @@ def default_cache_dir() -> Path:
 
 # A set of CPU cores as Linux writes it (cpusets, taskset): '1', '0-3', '0,2-3'.
 CORE_LIST = r"^\d+(-\d+)?(,\d+(-\d+)?)*$"
+
+
+# The same as a field type: a bare number is one core (`--set engine.cpu_cores=0`, which the
+# shell hands over without the quotes a TOML string would need).
+def _core_list(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and not re.fullmatch(CORE_LIST, value):
+        raise ValueError(f"{value!r} is not a list of CPU cores (e.g. '1', '0-3' or '0,2-3')")
+    return value
+
+
+CoreList = Annotated[str, BeforeValidator(_core_list)]
 
 
 class StrictModel(BaseModel):

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from obsspec.config import CORE_LIST, StrictModel
+from obsspec.config import CoreList, StrictModel
 
 Platform = Literal["cpu", "cuda"]
 
@@ -70,9 +70,8 @@ class EngineSettings(StrictModel):
         "concurrent episodes so that real turns never wait for a slot.",
     )
     seed: int = Field(default=0, description="Engine seed (per-request seeds override it).")
-    cpu_cores: str | None = Field(
+    cpu_cores: CoreList | None = Field(
         default=None,
-        pattern=CORE_LIST,
         description="CPU build: bind the engine's compute threads to these cores, e.g. '1' "
         "or '0-3' [default: vLLM's choice, core 0 on a 2-core machine, for every engine].",
     )

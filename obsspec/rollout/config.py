@@ -18,8 +18,8 @@ from pydantic import Field, model_validator
 
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import (
-    CORE_LIST,
     DEFAULT_MODEL,
+    CoreList,
     ImagesConfig,
     StrictModel,
     deep_merge,
@@ -78,9 +78,8 @@ class EngineOptions(StrictModel):
         "orders requests by priority (vLLM: --scheduling-policy priority, seen through its "
         "/server_info with VLLM_SERVER_DEV_MODE=1); false trusts the server unseen.",
     )
-    cpu_cores: str | None = Field(
+    cpu_cores: CoreList | None = Field(
         default=None,
-        pattern=CORE_LIST,
         description="CPU build: the policy engine's cores, e.g. '0' [default: obsspec's "
         "placement (`cpu_placement`)].",
     )
@@ -137,9 +136,8 @@ class SpeculationConfig(SpeculationSettings):
     wm_tensor_parallel_size: int = Field(
         default=1, ge=1, description="GPUs the world model's engine shards its model across."
     )
-    wm_cpu_cores: str | None = Field(
+    wm_cpu_cores: CoreList | None = Field(
         default=None,
-        pattern=CORE_LIST,
         description="CPU build: the world-model engine's cores, e.g. '1', away from the "
         "policy engine's [default: obsspec's placement (`cpu_placement`)].",
     )
@@ -203,9 +201,8 @@ class RolloutSettings(TaskAccess):
     max_attempts: int = Field(
         default=3, ge=1, description="Tries per episode when the infrastructure fails."
     )
-    sandbox_cpuset: str | None = Field(
+    sandbox_cpuset: CoreList | None = Field(
         default=None,
-        pattern=CORE_LIST,
         description="Pin every sandbox to these cores, e.g. '1' [default: obsspec's "
         "placement, beside the world model's engine, away from the policy's].",
     )

@@ -121,9 +121,12 @@ def test_place_fills_the_settings_the_engines_and_pools_read():
     assert off.speculation.wm_cpu_cores is None and off.engine.cpu_cores == "0"
 
 
-def test_a_bad_core_list_is_refused_naming_the_key():
-    with pytest.raises(ValueError, match="sandbox_cpuset"):
+def test_a_bad_core_list_is_refused_naming_the_key_and_a_bare_number_is_one_core():
+    with pytest.raises(ValueError, match="sandbox_cpuset(.|\n)*'one' is not a list of CPU cores"):
         RolloutSettings.model_validate({"sandbox_cpuset": "one"})
+    # `--set engine.cpu_cores=0`: the shell drops the quotes, TOML reads a number
+    settings = RolloutSettings.model_validate({"engine": {"cpu_cores": 0}, "sandbox_cpuset": 1})
+    assert (settings.engine.cpu_cores, settings.sandbox_cpuset) == ("0", "1")
 
 
 def test_collect_json_records_each_workers_placement():
