@@ -81,7 +81,7 @@ lint: python
 	$(BIN)/ruff format --check .
 
 # Benchmarks that profile make demo's trained models are skipped, saying so, until it has run.
-NEEDS_DEMO := bench/profile_concurrency.py
+NEEDS_DEMO := bench/profile_concurrency.py bench/wm_latency.py
 bench: setup
 	@for script in bench/*.py; do \
 		if [[ " $(NEEDS_DEMO) " == *" $$script "* && ! -d $(DEMO)/wm ]]; then \

@@ -99,19 +99,9 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
 
 
 async def main(args) -> dict:
-    from transformers import AutoTokenizer
+    from engine_throughput import chat_prompt  # bench/ is this script's own path
 
-    from obsspec.config import GlobalConfig
-    from obsspec.models.registry import resolve_model
-
-    model = resolve_model(args.model, GlobalConfig().paths.models_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Write a shell script that backs up /etc."}],
-        add_generation_prompt=True,
-        tokenize=False,
-    )
-    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    model, prompt_ids = chat_prompt(args.model)
     order = [*SETUPS, *reversed(SETUPS)]
     runs: dict[str, list[dict]] = {setup: [] for setup in SETUPS}
     for setup in order:

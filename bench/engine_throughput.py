@@ -27,21 +27,27 @@ async def measure(engine, prompt_ids, streams: int, tokens: int, seed: int) -> f
     return sum(len(g.token_ids) for g in gens) / (time.monotonic() - start)
 
 
-async def main(args) -> dict:
+def chat_prompt(name: str):
+    """The model's directory, and a short chat prompt's ids (also bench/engine_cpu_setup.py's)."""
     from transformers import AutoTokenizer
 
     from obsspec.config import GlobalConfig
-    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
     from obsspec.models.registry import resolve_model
 
-    model = resolve_model(args.model, GlobalConfig().paths.models_dir)
+    model = resolve_model(name, GlobalConfig().paths.models_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Write a shell script that backs up /etc."}],
         add_generation_prompt=True,
         tokenize=False,
     )
-    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return model, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+async def main(args) -> dict:
+    from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
+
+    model, prompt_ids = chat_prompt(args.model)
     start = time.monotonic()
     settings = EngineSettings(
         model=model, max_model_len=2048, kv_cache_gb=1.0, max_num_seqs=max(args.streams, 1)

@@ -1,7 +1,7 @@
 """How long the world model takes to predict, under each setup of its engine: prompt-lookup
 drafting on or off, tcmalloc and Intel OpenMP preloaded or not.
 
-Prints one JSON object. Usage: python bench/wm_latency.py --data RUN [--world-model WM]
+Prints one JSON object. Usage: python bench/wm_latency.py [--data RUN] [--world-model WM]
 [--episodes 4] [--cores 1] [--draft 5].
 
 RUN is a collect run or a profile arm (e.g. PROFILE/arms/seq): the world model is asked
@@ -109,7 +109,11 @@ if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM would log to stdout
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="A collect run or a profile arm.")
+    parser.add_argument(
+        "--data",
+        default="demo-run/profile/arms/seq",
+        help="A collect run or a profile arm [default: make demo's profile's].",
+    )
     parser.add_argument("--world-model", default="demo-run/wm")
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--cores", default="1", help="The world model engine's cores.")
