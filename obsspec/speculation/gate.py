@@ -342,6 +342,18 @@ class Gate:
         regime_stats = self.regimes.by_name.setdefault(regime, Regime(self.settings.regime_window))
         regime_stats.outcome(on_time=on_time, latency_s=latency_s, answered=answered)
 
+    def question_ended(
+        self, decision: Decision | None, seconds: float, *, guessed: bool | None
+    ) -> None:
+        """A world-model question this gate let through ended after `seconds`: with a guess
+        in time (guessed True), without one (False: empty, cut off, failed), or cancelled
+        because its command ended first (None: late, its seconds a lower bound)."""
+        if decision is None or not decision.ask_world_model:
+            return
+        self.observe_answer(
+            decision.regime, on_time=bool(guessed), latency_s=seconds, answered=guessed
+        )
+
     def observe_outcome(self, command: str, source: str, matched: bool) -> None:
         family = command_family(command)
         for counts in (self._hits[(family, source)], self._family_hits[family]):

@@ -206,9 +206,9 @@ class SpeculativeEpisode:
         if node.predicting is not None and not node.predicting.done():
             node.predicting.cancel()
             record.exec_won = True
-            if node.decision is not None and node.decision.ask_world_model:
-                waited = now - (node.predict_started or now)
-                self.gate.observe_answer(node.decision.regime, on_time=False, latency_s=waited)
+            self.gate.question_ended(
+                node.decision, now - (node.predict_started or now), guessed=None
+            )
         turn.predict_s, turn.predict_start_s = node.predict_s, node.predict_started or 0.0
         if turn.action == "command" and node.guesses:
             matched = any(self.loop.match(guess, turn.observation) for guess in node.guesses)
@@ -341,24 +341,15 @@ class SpeculativeEpisode:
             record.attempted = True
             record.failed = True
             record.error = describe(e, self.settings.predict_timeout_s)
-            if costly:
-                failed_after = time.monotonic() - start
-                self.gate.observe_answer(
-                    node.decision.regime, on_time=False, latency_s=failed_after, answered=False
-                )
+            self.gate.question_ended(node.decision, time.monotonic() - start, guessed=False)
             return
         node.predict_s = time.monotonic() - start
         guesses = distinct_guesses(predictions, self.settings.breadth)
         if costly:
             self.gate.observe_prediction(node.predict_s)
-            wm = offered_by(predictions, WORLD_MODEL)
-            if wm is not None:  # the world model was asked (not answered by a cheaper one)
-                self.gate.observe_answer(
-                    node.decision.regime,
-                    on_time=bool(wm) and not node.closed,
-                    latency_s=node.predict_s,
-                    answered=bool(wm),
-                )
+            wm = offered_by(predictions, WORLD_MODEL)  # None: a cheaper predictor answered
+            if wm is not None:
+                self.gate.question_ended(node.decision, node.predict_s, guessed=bool(wm))
         elif not guesses:
             return  # the cheap predictors had nothing: no attempt
         record.attempted = True
