@@ -8,7 +8,7 @@ The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmeti
                                         (h) times the share of questions answered (a)
     L = running + waiting               requests the policy engine serves besides this one
     ask the world model  iff  min(G, E) >= min_saving_s  and  S >= min_saving_s  and
-        p*S > (1 - p)*S*(waste_weight + contention*L) + P*s*L + overhead_s
+        p*S > (1 - p)*S*(waste_weight + contention*L) + (P + T)*s*L + overhead_s
 
     E  expected seconds of the command: an online mean per (task, command family), falling
        back to the family's, then to `prior_exec_s`. Every real execution updates it, so a
@@ -27,7 +27,9 @@ answer later than the commands of a family shows as no saving for that family, w
 commands still get asked); a, the share of the questions that ended with a guess (no answer,
 an answer cut off, a failure: not; from `prior_answered`); and s, the slowdown of the policy's
 engine measured while it worked (seconds per token of real replies, busy against idle, at
-the same engine load): its P seconds of work cost each of the L other requests s*P. When
+the same engine load): its P seconds of work, and the T = 1 s its engine's worker spins after
+each answer (obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other requests
+s*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
 work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
 theirs is branched on when it pays (`should_branch`). Every `explore_every`-th question
@@ -261,7 +263,8 @@ class Gate:
         hit = (counts.hits + 2 * s.prior_hit_rate) / (counts.attempts + 2)
         p = hit * regime.answered.rate(s.prior_answered)
         policy_slowdown = regime.policy.slowdown(s.min_slowdown_samples)
-        slowdown = regime.mean_latency(self.prediction.get(0.0)) * policy_slowdown * ask.load
+        busy_s = regime.mean_latency(self.prediction.get(0.0)) + self.regimes.tail_s
+        slowdown = busy_s * policy_slowdown * ask.load
         if saving < s.min_saving_s:  # the world model is slower than such a command
             return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
         if not self._pays(p, saving, ask.load):

@@ -30,7 +30,8 @@ against `make test`, and the world model is asked about the long ones, so busy r
 long ones whatever it costs them.)
 
 `busy` is measured on one clock: the seconds during which at least one world-model question
-was in flight (`predicting`), so any span's busy fraction is a difference of two marks.
+was in flight (`predicting`), and the second after (the engine's worker spins then), so any
+span's busy fraction is a difference of two marks.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ from dataclasses import dataclass, field
 
 Clock = Callable[[], float]
 BUSY, IDLE = 0.5, 0.1  # busy fractions at or above which / at or below which a sample counts
+# After each step vLLM's worker spins on its message queue for a second before it sleeps
+# (shm_broadcast's busy loop, not a setting; docs/benchmarks.md measured 0.98 CPU-seconds in
+# the second after a request): for that long after its last question the world model's
+# engine still takes its core.
+BUSY_TAIL_S = 1.0
 MAX_SLOWDOWN = 10.0  # a ratio of two noisy means is clipped: beyond this it decides nothing new
 
 
@@ -182,14 +188,17 @@ class Regimes:
     """Every regime seen, the episodes in flight (which picks the regime), and the clock of
     the world model's busy time."""
 
-    def __init__(self, window: int = 20, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, window: int = 20, clock: Clock = time.monotonic, tail_s: float = BUSY_TAIL_S
+    ) -> None:
         self.window = window
         self.clock = clock
+        self.tail_s = tail_s
         self.by_name: dict[str, Regime] = {}
         self.episodes = 0  # episodes in flight on the loop
         self._predicting = 0
-        self._busy_s = 0.0
-        self._since = 0.0  # when the current busy span began
+        self._busy_s = 0.0  # of the spans closed
+        self._span: tuple[float, float] | None = None  # the last span: (start, end or inf)
 
     def now(self) -> tuple[str, Regime]:
         name = regime_of(self.episodes)
@@ -207,20 +216,32 @@ class Regimes:
 
     @contextlib.contextmanager
     def predicting(self) -> Iterator[None]:
+        """A question in flight. The engine stays busy `tail_s` after the last one ends (its
+        worker spins: see BUSY_TAIL_S); a question begun within that tail continues the span."""
         if self._predicting == 0:
-            self._since = self.clock()
+            now = self.clock()
+            if self._span is None or now > self._span[1]:  # the last span is over: close it
+                self._busy_s += self._span_seconds(now)
+                self._span = (now, float("inf"))
+            else:
+                self._span = (self._span[0], float("inf"))
         self._predicting += 1
         try:
             yield
         finally:
             self._predicting -= 1
-            if self._predicting == 0:
-                self._busy_s += self.clock() - self._since
+            if self._predicting == 0 and self._span is not None:
+                self._span = (self._span[0], self.clock() + self.tail_s)
+
+    def _span_seconds(self, now: float) -> float:
+        if self._span is None:
+            return 0.0
+        start, end = self._span
+        return max(min(now, end) - start, 0.0)
 
     def busy_mark(self) -> float:
-        """Busy seconds so far (the current span included)."""
-        open_span = self.clock() - self._since if self._predicting else 0.0
-        return self._busy_s + open_span
+        """Busy seconds so far (the current span, and its tail so far, included)."""
+        return self._busy_s + self._span_seconds(self.clock())
 
     def span(self) -> tuple[float, float]:
         """The start of a span to measure: (now, busy seconds so far)."""

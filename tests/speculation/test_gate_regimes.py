@@ -178,7 +178,7 @@ def test_slowdown_is_compared_at_the_same_engine_load():
 
 def test_busy_time_is_the_union_of_overlapping_predictions():
     clock = FakeClock()
-    regimes = Regimes(clock=clock)
+    regimes = Regimes(clock=clock, tail_s=0.0)
     span = regimes.span()
     with regimes.predicting():
         clock.now += 1.0
@@ -187,6 +187,23 @@ def test_busy_time_is_the_union_of_overlapping_predictions():
         clock.now += 1.0
     clock.now += 3.0
     assert regimes.busy_fraction(span) == pytest.approx(0.5)  # 3 s busy of 6
+
+
+def test_the_engine_counts_as_busy_for_its_spin_after_the_last_question():
+    clock = FakeClock()
+    regimes = Regimes(clock=clock, tail_s=1.0)
+    span = regimes.span()
+    with regimes.predicting():
+        clock.now += 2.0
+    clock.now += 0.5  # within the tail: busy
+    with regimes.predicting():  # begun in the tail: the same span goes on
+        clock.now += 1.0
+    clock.now += 4.5  # 1 s of tail, then idle
+    assert regimes.busy_mark() == pytest.approx(4.5)
+    assert regimes.busy_fraction(span) == pytest.approx(4.5 / 8)
+    with regimes.predicting():  # a new span, after the gap
+        clock.now += 1.0
+    assert regimes.busy_mark() == pytest.approx(5.5)
 
 
 # --- through the runner: injected latencies, no timed assertion ----------------------------
