@@ -232,10 +232,18 @@ class DockerSandbox:
             await shell.close()
 
     async def exec_oneoff(self, cmd: list[str], timeout_s: float = 60.0):
-        """A command outside the persistent shell (fresh process, no shell state)."""
+        """A command outside the persistent shell (fresh process, no shell state); one that
+        does not return within timeout_s is a SandboxError (retryable: an overloaded machine
+        or daemon, seen when 16 sandboxes and two engines shared one core), never a bare
+        TimeoutError that would end the whole run."""
         if self.shell is None:
             raise SandboxError("the sandbox is not started")
-        return await self.shell.exec_oneoff(cmd, timeout_s)
+        try:
+            return await self.shell.exec_oneoff(cmd, timeout_s)
+        except TimeoutError:
+            raise SandboxError(
+                f"`{' '.join(cmd)[:80]}` in the sandbox did not return within {timeout_s:g} s"
+            ) from None
 
     @contextlib.asynccontextmanager
     async def network_for_verifier(self) -> AsyncIterator[None]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,23 +139,36 @@ async def profile(
             f"--tasks {config.tasks}: no task image could be built; nothing to profile",
             hint="see the skipped tasks above (`obsspec env validate` checks tasks)",
         ) from e
+
+    def level_done(played: list[LevelPlayed]) -> None:
+        """After each level, its figures on disk: a run that dies at a later level (Ctrl-C,
+        a crash) keeps the levels it finished (`complete` false until the last)."""
+        if config.out is not None and len(played) < len(levels):
+            partial = {**assemble(config, session, played), "complete": False}
+            (config.out / REPORT).write_text(json.dumps(partial, indent=2))
+
     try:
         playable = [item for item in items if session.can_play(item.task_id)]
-        played = await play_levels(config, session, playable, levels, emit)
+        played = await play_levels(config, session, playable, levels, emit, level_done)
     finally:
         await session.aclose()
+    report = assemble(config, session, played)
+    if config.out is not None:
+        write_report(config.out, played[0].episodes, report)
+    return report
+
+
+def assemble(config: ProfileConfig, session: RolloutSession, played: list[LevelPlayed]) -> dict:
+    """The report of the levels played: the first level's figures at the top."""
     by_level = {str(level.level): level.figures() for level in played}
-    report = {
-        **by_level[str(levels[0])],
+    return {
+        **by_level[str(played[0].level)],
         "tasks": len(session.images),
         "by_concurrency": by_level,
         # The config as run: the cores obsspec chose for the roles no setting placed.
         "config": {**config.model_dump(mode="json"), **placed_cores(session.settings)},
         "placement": session.opened_placement().as_dict(),
     }
-    if config.out is not None:
-        write_report(config.out, played[0].episodes, report)
-    return report
 
 
 async def play_levels(
@@ -164,15 +177,19 @@ async def play_levels(
     items: list[WorkItem],
     levels: list[int],
     emit: Emit,
+    level_done: Callable[[list[LevelPlayed]], None] = lambda _played: None,
 ) -> list[LevelPlayed]:
-    """Every level in turn. The arm orders run on from one level to the next (each starts
-    with the order the last one did not end with), so a level of one wave is not always
-    played in the same order."""
+    """Every level in turn (level_done hears of the levels played after each). The arm
+    orders run on from one level to the next (each starts with the order the last one did
+    not end with), so a level of one wave is not always played in the same order."""
     orders = arm_orders()
-    return [
-        await play_level(config, session, items, level, first=i == 0, orders=orders, emit=emit)
-        for i, level in enumerate(levels)
-    ]
+    played: list[LevelPlayed] = []
+    for i, level in enumerate(levels):
+        played.append(
+            await play_level(config, session, items, level, first=i == 0, orders=orders, emit=emit)
+        )
+        level_done(played)
+    return played
 
 
 async def play_level(

@@ -305,6 +305,23 @@ async def test_play_levels_runs_the_orders_on_across_levels():
     ]
 
 
+async def test_each_finished_level_is_handed_on_before_the_next_begins():
+    """profile writes report.json after every level, so a run that dies later keeps them."""
+    session = LevelSession(["a"])
+    seen: list[list[int]] = []
+
+    def level_done(played) -> None:
+        seen.append([level.level for level in played])
+        if len(played) == 2:
+            raise KeyboardInterrupt  # the user stops the run during the third level's setup
+
+    items = [WorkItem("a", 0, 0)]
+    config = ProfileConfig(tasks="t")
+    with pytest.raises(KeyboardInterrupt):
+        await play_levels(config, session, items, [1, 2, 4], lambda _e: 0, level_done)
+    assert seen == [[1], [1, 2]]
+
+
 def test_the_note_is_there_only_when_every_wave_ran_in_one_order():
     assert arm_order_note(Counter(), 8) is None  # no wave at all: nothing to balance
     assert arm_order_note(Counter({SEQ_FIRST: 1, SPEC_FIRST: 1}), 1) is None
