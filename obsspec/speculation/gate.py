@@ -40,7 +40,8 @@ Every decision has a reason (GateReason), counted in `decisions` and kept on the
 SpeculationRecord (`gate`): asked, explore, always, never, too_fast (a hit would save less
 than min_saving_s even with an instant answer), late (the world model's latencies leave no
 saving on such a command), unlikely (p too low), slowdown (the world model's work costs the
-others more than a hit saves).
+others more than a hit saves), baseline (held back so that the policy engine's speed without
+it can be measured: see `_holding_back`).
 
 It is asked twice. Before predicting (`decide`), as above. After a guess arrives
 (`should_branch`), p blends the (family, source) hit rate with the guess's own confidence,
@@ -203,6 +204,7 @@ class GateReason(enum.StrEnum):
     unlikely = "unlikely"
     late = "late"
     slowdown = "slowdown"
+    baseline = "baseline"
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,7 @@ class Gate:
         self._declined: dict[str, int] = defaultdict(int)  # by what was declined, to explore
         self.regimes = Regimes(self.settings.regime_window, clock)
         self.decisions: Counter[str] = Counter()
+        self._baseline_until = float("-inf")  # the world model left alone until then
 
     @property
     def mode(self) -> GateMode:
@@ -255,6 +258,8 @@ class Gate:
         family = command_family(ask.command)
         if self._saving(ask, 0.0) < s.min_saving_s:  # nothing to overlap, however fast
             return Decision(False, GateReason.too_fast, name)
+        if self._holding_back(regime):
+            return Decision(False, GateReason.baseline, name)
         latencies = list(regime.latencies) or [self.prediction.get(0.0)]
         # The saving expected from this load's latencies: each one either beats the command
         # (saving what is left of it, up to a reply) or not (nothing).
@@ -272,6 +277,21 @@ class Gate:
         if not self._pays(p, saving, ask.load, extra=slowdown):
             return self._declined_or_explore(GateReason.slowdown, f"regime:{name}", name)
         return Decision(True, GateReason.asked, name)
+
+    def _holding_back(self, regime: Regime) -> bool:
+        """A world model asked about everything keeps its engine busy all the time, and the
+        policy's speed without it is then never seen: its slowdown could not be measured, and
+        the gate would go on asking however much it costs. So once a regime has busy samples
+        and no baseline, the world model is left alone long enough for replies to run without
+        it (two replies, its last answers and the second its engine spins after them)."""
+        now = self.regimes.clock()
+        if now < self._baseline_until:
+            return True
+        if not regime.policy.needs_baseline(self.settings.min_slowdown_samples):
+            return False
+        pause = 2 * self.generation.get(1.0) + self.prediction.get(1.0) + self.regimes.tail_s
+        self._baseline_until = now + pause
+        return True
 
     def _declined_or_explore(self, reason: GateReason, key: str, regime: str) -> Decision:
         every = self.settings.explore_every

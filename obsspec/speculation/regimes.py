@@ -109,6 +109,14 @@ class SlowdownMeter:
         elif busy_fraction <= IDLE:
             stratum.idle.add(cost)
 
+    def needs_baseline(self, min_samples: int) -> bool:
+        """Work seen while the world model was busy, in a stratum with no idle work to compare
+        it with: only holding the world model back can measure what it costs."""
+        return any(
+            s.busy.count >= 2 * min_samples and s.idle.count < min_samples
+            for s in self.strata.values()
+        )
+
     def slowdown(self, min_samples: int) -> float:
         """busy / idle - 1 within each stratum that has min_samples of both, averaged by busy
         samples, clipped to [0, MAX_SLOWDOWN]; 0 without such a stratum (no evidence of harm

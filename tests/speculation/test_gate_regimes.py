@@ -163,6 +163,23 @@ def test_no_slowdown_is_claimed_without_busy_and_idle_samples_both():
     assert meter.slowdown(min_samples=3) == pytest.approx(2.0)
 
 
+def test_a_world_model_always_busy_is_held_back_to_measure_what_it_costs():
+    """Asked about everything, the world model's engine is never idle, so the policy's speed
+    without it is never seen: the gate holds it back for a while, then judges."""
+    clock = FakeClock()
+    gate = taught(clock, explore_every=0)
+    with episodes(gate, 8):
+        for _ in range(6):  # busy replies only
+            gate.observe_generation(1.0, decode_s=2.0, tokens=11, busy_fraction=1.0, load=8)
+        assert gate.decide(ask(load=8)).reason == GateReason.baseline
+        clock.now += 1.0
+        assert gate.decide(ask(load=8)).reason == GateReason.baseline  # still held back
+        for _ in range(3):  # the replies run meanwhile: twice as fast without it
+            gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0, load=8)
+        clock.now += 10.0
+        assert gate.decide(ask(load=8)).reason == GateReason.slowdown  # measured: it costs
+
+
 def test_slowdown_is_compared_at_the_same_engine_load():
     """Replies decode slower with more requests on the engine; the world model is busiest
     when most episodes run. Busy replies at load 8 against idle ones at load 1 say nothing."""
