@@ -134,7 +134,7 @@ def vllm_hint(last_error: str, build: str) -> str:
 def check_placement() -> Check:
     """Where a speculative run's roles would go on this machine by default (the CPU build;
     on a GPU build the engines' GPU shares decide)."""
-    from obsspec.rollout.cores import machine_plan
+    from obsspec.rollout.cores import ROLE_KEYS, machine_plan
 
     platform_kind = "cuda" if installed_vllm_distribution() == "vllm" else "cpu"
     plan = machine_plan(platform=platform_kind)
@@ -142,6 +142,7 @@ def check_placement() -> Check:
     if plan.physical < 2 and platform_kind == "cpu":
         hint = "with one core every role shares it: speculation rarely pays here"
     detail = plan.describe().removeprefix("placement ")
+    detail += f"; a setting overrides a role: {', '.join(ROLE_KEYS.values())}"
     return Check("placement", "warn" if hint else "ok", f"by default {detail}", hint)
 
 

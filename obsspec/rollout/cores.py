@@ -49,7 +49,6 @@ from obsspec.inference.cpu_libraries import parse_cores
 if TYPE_CHECKING:
     from obsspec.rollout.config import RolloutSettings
 
-Platform = Literal["cpu", "cuda"]
 Role = Literal["policy", "world_model", "sandboxes"]
 ROLES: tuple[Role, ...] = ("policy", "world_model", "sandboxes")
 ROLE_NAMES = {"policy": "policy engine", "world_model": "world model", "sandboxes": "sandboxes"}

@@ -78,7 +78,11 @@ def test_doctor_json_is_one_object_with_every_check(base_image, default_model_di
     result = obsspec("doctor", "--json")
     report = json.loads(result.stdout)  # the whole of stdout is one JSON object
     names = [c["name"] for c in report["checks"]]
-    assert names == ["python", "torch", "vllm", "ray", "docker", "base image", "default model"]
+    assert names == [
+        "python", "torch", "vllm", "ray", "docker", "base image", "default model", "placement"
+    ]  # fmt: skip
+    placement = report["checks"][-1]["detail"]
+    assert "policy engine core" in placement and "sandbox_cpuset" in placement, placement
     assert report["ok"] is True, report
     assert result.returncode == 0
     assert all(c["status"] == "ok" for c in report["checks"])
