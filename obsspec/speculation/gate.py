@@ -127,6 +127,8 @@ class GateSettings(StrictModel):
     )
 
 
+BASELINE_EVERY = 5  # a baseline pause at most once in this many pauses' time
+
 _NUMBER = re.compile(r"[0-9.]+[smhd]?")
 # Words that run another command: the family is that command's.
 _WRAPPERS = {"sudo", "time", "env", "nice", "nohup", "timeout", "command", "exec", "xargs"}
@@ -234,6 +236,7 @@ class Gate:
         self.regimes = Regimes(self.settings.regime_window, clock)
         self.decisions: Counter[str] = Counter()
         self._baseline_until = float("-inf")  # the world model left alone until then
+        self._next_baseline = float("-inf")  # no new pause before then
 
     @property
     def mode(self) -> GateMode:
@@ -283,14 +286,18 @@ class Gate:
         policy's speed without it is then never seen: its slowdown could not be measured, and
         the gate would go on asking however much it costs. So once a regime has busy samples
         and no baseline, the world model is left alone long enough for replies to run without
-        it (two replies, its last answers and the second its engine spins after them)."""
+        it (two replies, its last answers and the second its engine spins after them), at
+        most a fifth of the time (a pause, then four pauses' worth of asking)."""
         now = self.regimes.clock()
         if now < self._baseline_until:
             return True
-        if not regime.policy.needs_baseline(self.settings.min_slowdown_samples):
+        if now < self._next_baseline or not regime.policy.needs_baseline(
+            self.settings.min_slowdown_samples
+        ):
             return False
         pause = 2 * self.generation.get(1.0) + self.prediction.get(1.0) + self.regimes.tail_s
         self._baseline_until = now + pause
+        self._next_baseline = now + BASELINE_EVERY * pause
         return True
 
     def _declined_or_explore(self, reason: GateReason, key: str, regime: str) -> Decision:

@@ -110,12 +110,11 @@ class SlowdownMeter:
             stratum.idle.add(cost)
 
     def needs_baseline(self, min_samples: int) -> bool:
-        """Work seen while the world model was busy, in a stratum with no idle work to compare
+        """Work seen while the world model was busy, and no stratum with idle work to compare
         it with: only holding the world model back can measure what it costs."""
-        return any(
-            s.busy.count >= 2 * min_samples and s.idle.count < min_samples
-            for s in self.strata.values()
-        )
+        busy = sum(s.busy.count for s in self.strata.values())
+        compared = any(min(s.busy.count, s.idle.count) >= min_samples for s in self.strata.values())
+        return busy >= 2 * min_samples and not compared
 
     def slowdown(self, min_samples: int) -> float:
         """busy / idle - 1 within each stratum that has min_samples of both, averaged by busy

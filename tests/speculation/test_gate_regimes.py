@@ -268,3 +268,21 @@ async def test_a_world_model_that_answers_after_the_commands_stops_being_asked(b
     assert reasons.count("late") >= len(reasons) // 2, reasons
     assert cheap.calls > wm.calls  # the free predictor is still asked when the world model is not
     assert gate.summary()["decisions"]["late"] == reasons.count("late")
+
+
+def test_baseline_pauses_are_rare_and_stop_once_a_comparison_exists():
+    clock = FakeClock()
+    gate = taught(clock, explore_every=0)
+    with episodes(gate, 8):
+        for _ in range(6):
+            gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=1.0, load=8)
+        assert gate.decide(ask(load=8)).reason == GateReason.baseline
+        clock.now += 4.0  # past the pause (2 replies of 1 s + a 0.2 s answer + 1 s of spin)
+        assert gate.decide(ask(load=8)).reason == GateReason.asked  # not again so soon
+        clock.now += 20.0
+        assert gate.decide(ask(load=8)).reason == GateReason.baseline  # still nothing to compare
+        for _ in range(3):  # idle replies at another load: a comparison exists there
+            gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=1.0, load=1)
+            gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0, load=1)
+        clock.now += 60.0
+        assert gate.decide(ask(load=8)).reason == GateReason.asked
