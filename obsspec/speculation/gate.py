@@ -8,7 +8,7 @@ The `auto` rule, per command (the arithmetic of REFERENCE.md, "Latency arithmeti
                                         (h) times the share of questions answered (a)
     L = running + waiting               requests the policy engine serves besides this one
     ask the world model  iff  min(G, E) >= min_saving_s  and  S >= min_saving_s  and
-        p*S > (1 - p)*S*(waste_weight + contention*L) + (P + T)*s*L + overhead_s
+        p*S > (1 - p)*S*(waste_weight + contention*L) + (P + T)*(s*L + s_c*C) + overhead_s
 
     E  expected seconds of the command: an online mean per (task, command family), falling
        back to the family's, then to `prior_exec_s`. Every real execution updates it, so a
@@ -25,11 +25,12 @@ many episodes share the engines now): the world model's latencies there (a quest
 cancelled because its command ended first counts the seconds it ran, a lower bound: an
 answer later than the commands of a family shows as no saving for that family, while longer
 commands still get asked); a, the share of the questions that ended with a guess (no answer,
-an answer cut off, a failure: not; from `prior_answered`); and s, the slowdown of the policy's
+an answer cut off, a failure: not; from `prior_answered`); s, the slowdown of the policy's
 engine measured while it worked (seconds per token of real replies, busy against idle, at
-the same engine load): its P seconds of work, and the T = 1 s its engine's worker spins after
-each answer (obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other requests
-s*(P + T). When
+the same engine load); and s_c, the slowdown of commands (seconds of runs of the same command
+line, busy against idle). Its P seconds of work, and the T = 1 s its engine's worker spins
+after each answer (obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other
+requests s*(P + T) and each of the C commands running (this one included) s_c*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
 work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
 theirs is branched on when it pays (`should_branch`). Every `explore_every`-th question
@@ -40,8 +41,8 @@ Every decision has a reason (GateReason), counted in `decisions` and kept on the
 SpeculationRecord (`gate`): asked, explore, always, never, too_fast (a hit would save less
 than min_saving_s even with an instant answer), late (the world model's latencies leave no
 saving on such a command), unlikely (p too low), slowdown (the world model's work costs the
-others more than a hit saves), baseline (held back so that the policy engine's speed without
-it can be measured: see `_holding_back`).
+others more than a hit saves), baseline (held back so that the policy's and the commands'
+speed without it can be measured: see `_holding_back`).
 
 It is asked twice. Before predicting (`decide`), as above. After a guess arrives
 (`should_branch`), p blends the (family, source) hit rate with the guess's own confidence,
@@ -53,8 +54,6 @@ has already run instead of P.
 from __future__ import annotations
 
 import enum
-import re
-import shlex
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.speculation.families import command_family
 from obsspec.speculation.predictor import Prediction
 from obsspec.speculation.regimes import Clock, OnlineMean, Regime, Regimes
 
@@ -129,42 +129,6 @@ class GateSettings(StrictModel):
 
 BASELINE_EVERY = 5  # a baseline pause at most once in this many pauses' time
 
-_NUMBER = re.compile(r"[0-9.]+[smhd]?")
-# Words that run another command: the family is that command's.
-_WRAPPERS = {"sudo", "time", "env", "nice", "nohup", "timeout", "command", "exec", "xargs"}
-
-
-def command_family(command: str) -> str:
-    """The program a command line is mainly about: `cd src && make -j4` -> make,
-    `LC_ALL=C sort f | uniq` -> sort, `sudo apt-get install x` -> apt-get."""
-    try:
-        words = shlex.split(command, comments=True)
-    except ValueError:  # unbalanced quotes: the first word is still a fair guess
-        words = command.split()
-    segments: list[list[str]] = [[]]
-    for word in words:
-        if word in {"&&", "||", ";", "|"}:
-            segments.append([])
-        else:
-            segments[-1].append(word)
-    for segment in segments:
-        family = _program(segment)
-        if family and family != "cd":
-            return family
-    return _program(segments[0]) or "(empty)"
-
-
-def _program(words: list[str]) -> str:
-    """The first word that is not an assignment, a wrapper, an option or a wrapper's number
-    (`timeout 5 cmd`, `nice -n 10 cmd`)."""
-    for word in words:
-        if "=" in word.split("/")[0] or word in _WRAPPERS or word.startswith("-"):
-            continue
-        if _NUMBER.fullmatch(word):
-            continue
-        return word.rsplit("/", 1)[-1]
-    return ""
-
 
 @dataclass
 class HitCount:
@@ -228,6 +192,7 @@ class Gate:
         self._exec: dict[tuple[str, str], OnlineMean] = defaultdict(OnlineMean)
         self._exec_family: dict[str, OnlineMean] = defaultdict(OnlineMean)
         self.generation = OnlineMean()
+        self.execution = OnlineMean()
         self.prediction = OnlineMean()
         window = self.settings.hit_window
         self._hits: dict[tuple[str, str], HitCount] = defaultdict(lambda: HitCount(window))
@@ -261,8 +226,6 @@ class Gate:
         family = command_family(ask.command)
         if self._saving(ask, 0.0) < s.min_saving_s:  # nothing to overlap, however fast
             return Decision(False, GateReason.too_fast, name)
-        if self._holding_back(regime):
-            return Decision(False, GateReason.baseline, name)
         latencies = list(regime.latencies) or [self.prediction.get(0.0)]
         # The saving expected from this load's latencies: each one either beats the command
         # (saving what is left of it, up to a reply) or not (nothing).
@@ -270,32 +233,44 @@ class Gate:
         counts = self._family_hits.get(family, HitCount())
         hit = (counts.hits + 2 * s.prior_hit_rate) / (counts.attempts + 2)
         p = hit * regime.answered.rate(s.prior_answered)
-        policy_slowdown = regime.policy.slowdown(s.min_slowdown_samples)
         busy_s = regime.mean_latency(self.prediction.get(0.0)) + self.regimes.tail_s
-        slowdown = busy_s * policy_slowdown * ask.load
+        slowdown = busy_s * self._slowed(regime, ask)
         if saving < s.min_saving_s:  # the world model is slower than such a command
             return self._declined_or_explore(GateReason.late, f"regime:{name}", name)
         if not self._pays(p, saving, ask.load):
             return self._declined_or_explore(GateReason.unlikely, f"family:{family}", name)
         if not self._pays(p, saving, ask.load, extra=slowdown):
             return self._declined_or_explore(GateReason.slowdown, f"regime:{name}", name)
+        if self._holding_back(regime):  # only a question it would ask is held back
+            return Decision(False, GateReason.baseline, name)
         return Decision(True, GateReason.asked, name)
+
+    def _slowed(self, regime: Regime, ask: Ask) -> float:
+        """The work the world model's busy seconds slow, in streams times their slowdown: the
+        L other requests on the policy's engine (s), the commands running (s_c), this
+        question's own among them once it has begun."""
+        n = self.settings.min_slowdown_samples
+        commands = self.regimes.commands + (0 if ask.elapsed_s > 0 else 1)
+        return regime.policy.slowdown(n) * ask.load + regime.commands.slowdown(n) * commands
 
     def _holding_back(self, regime: Regime) -> bool:
         """A world model asked about everything keeps its engine busy all the time, and the
-        policy's speed without it is then never seen: its slowdown could not be measured, and
-        the gate would go on asking however much it costs. So once a regime has busy samples
-        and no baseline, the world model is left alone long enough for replies to run without
-        it (two replies, its last answers and the second its engine spins after them), at
-        most a fifth of the time (a pause, then four pauses' worth of asking)."""
+        policy's and the commands' speed without it is then never seen: its slowdown could
+        not be measured, and the gate would go on asking however much it costs. So once a
+        regime has busy samples and no baseline, the world model is left alone long enough
+        for replies and commands to run without it (two of the longer, its last answers and
+        the second its engine spins after them), at most a fifth of the time (a pause, then
+        four pauses' worth of asking)."""
         now = self.regimes.clock()
         if now < self._baseline_until:
             return True
-        if now < self._next_baseline or not regime.policy.needs_baseline(
-            self.settings.min_slowdown_samples
+        n = self.settings.min_slowdown_samples
+        if now < self._next_baseline or not (
+            regime.policy.needs_baseline(n) or regime.commands.needs_baseline(n)
         ):
             return False
-        pause = 2 * self.generation.get(1.0) + self.prediction.get(1.0) + self.regimes.tail_s
+        work = max(self.generation.get(1.0), self.execution.get(1.0))  # a reply or a command
+        pause = 2 * work + self.prediction.get(1.0) + self.regimes.tail_s
         self._baseline_until = now + pause
         self._next_baseline = now + BASELINE_EVERY * pause
         return True
@@ -303,7 +278,8 @@ class Gate:
     def _declined_or_explore(self, reason: GateReason, key: str, regime: str) -> Decision:
         every = self.settings.explore_every
         self._declined[key] += 1
-        if every and self._declined[key] % every == 0:
+        pausing = self.regimes.clock() < self._baseline_until
+        if every and self._declined[key] % every == 0 and not pausing:
             return Decision(True, GateReason.explore, regime)
         return Decision(False, reason, regime)
 
@@ -334,10 +310,16 @@ class Gate:
         return p * saving > miss_cost + extra + s.overhead_s
 
     # --- learning ------------------------------------------------------------------------
-    def observe_execution(self, task_hash: str, command: str, seconds: float) -> None:
+    def observe_execution(
+        self, task_hash: str, command: str, seconds: float, *, busy_fraction: float = 0.0
+    ) -> None:
+        """A command ran `seconds`, the world model busy for busy_fraction of them."""
         family = command_family(command)
         self._exec[(task_hash, family)].add(seconds)
         self._exec_family[family].add(seconds)
+        self.execution.add(seconds)
+        key = " ".join(command.split())
+        self.regimes.now()[1].commands.add(seconds, busy_fraction, key=key)
 
     def observe_generation(
         self,

@@ -25,9 +25,13 @@ saved 6% with speculation, 16 lost 33%: docs/benchmarks.md). Per regime it keeps
                 the world model is busiest when most episodes run): how much the world
                 model's work slows the policy's engine
 
-(Commands are not measured so: a command family's runs differ too much in length, `make lint`
-against `make test`, and the world model is asked about the long ones, so busy runs are the
-long ones whatever it costs them.)
+    commands    seconds of real commands while the world model was busy against while it
+                was idle, compared between runs of the same command line (a family's runs
+                differ too much: `make lint` against `make test`; and the world model is asked
+                about the long ones, so busy runs of a family are the long ones whatever it
+                costs them): how much its work slows the sandboxes. With the sandboxes on the
+                world model's cores, or all on the policy's (8 at once on one core: commands
+                took 89% longer with it, replies 22%), this is most of what it costs.
 
 `busy` is measured on one clock: the seconds during which at least one world-model question
 was in flight (`predicting`), and the second after (the engine's worker spins then), so any
@@ -39,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 Clock = Callable[[], float]
@@ -100,34 +104,51 @@ class SlowdownMeter:
     """A cost per unit of work while the world model was busy and while it was idle, apart
     for each load (a stratum) the work began at."""
 
-    strata: dict[int, BusyIdle] = field(default_factory=dict)
+    # Samples of each kind a stratum needs to be compared (None: min_samples). Commands, one
+    # stratum per command line, compare with one of each; min_samples pairs in all are needed.
+    per_stratum: int | None = None
+    # Pairs of no slowdown assumed beside those measured: a few single pairs of commands that
+    # vary anyway by a fifth either way must not switch speculation off alone.
+    prior_pairs: int = 0
+    strata: dict[Hashable, BusyIdle] = field(default_factory=dict)
 
-    def add(self, cost: float, busy_fraction: float, load: int = 0) -> None:
-        stratum = self.strata.setdefault(load.bit_length(), BusyIdle())  # 0, 1, 2-3, 4-7...
+    def add(
+        self, cost: float, busy_fraction: float, load: int = 0, *, key: Hashable = None
+    ) -> None:
+        """One unit of work's cost, in the stratum of `key`, else of its load (0, 1, 2-3...)."""
+        stratum = self.strata.setdefault(load.bit_length() if key is None else key, BusyIdle())
         if busy_fraction >= BUSY:
             stratum.busy.add(cost)
         elif busy_fraction <= IDLE:
             stratum.idle.add(cost)
 
+    def _compared(self, min_samples: int) -> list[BusyIdle]:
+        """The strata with enough of both, if they hold min_samples pairs in all; else none."""
+        need = self.per_stratum or min_samples
+        both = [
+            s
+            for s in self.strata.values()
+            if min(s.busy.count, s.idle.count) >= need and s.idle.value > 0
+        ]
+        pairs = sum(min(s.busy.count, s.idle.count) for s in both)
+        return both if pairs >= min_samples else []
+
     def needs_baseline(self, min_samples: int) -> bool:
-        """Work seen while the world model was busy, and no stratum with idle work to compare
-        it with: only holding the world model back can measure what it costs."""
+        """Work seen while the world model was busy, and not enough idle work to compare it
+        with: only holding the world model back can measure what it costs."""
         busy = sum(s.busy.count for s in self.strata.values())
-        compared = any(min(s.busy.count, s.idle.count) >= min_samples for s in self.strata.values())
-        return busy >= 2 * min_samples and not compared
+        return busy >= 2 * min_samples and not self._compared(min_samples)
 
     def slowdown(self, min_samples: int) -> float:
-        """busy / idle - 1 within each stratum that has min_samples of both, averaged by busy
-        samples, clipped to [0, MAX_SLOWDOWN]; 0 without such a stratum (no evidence of harm
+        """busy / idle - 1 within each stratum compared (`_compared`), averaged by busy
+        samples, clipped to [0, MAX_SLOWDOWN]; 0 without enough of them (no evidence of harm
         is not evidence of harm)."""
         ratios = [
-            (s.busy.value / s.idle.value - 1.0, s.busy.count)
-            for s in self.strata.values()
-            if min(s.busy.count, s.idle.count) >= min_samples and s.idle.value > 0
+            (s.busy.value / s.idle.value - 1.0, s.busy.count) for s in self._compared(min_samples)
         ]
         if not ratios:
             return 0.0
-        mean = sum(r * n for r, n in ratios) / sum(n for _, n in ratios)
+        mean = sum(r * n for r, n in ratios) / (sum(n for _, n in ratios) + self.prior_pairs)
         return min(max(mean, 0.0), MAX_SLOWDOWN)
 
     def as_dict(self, min_samples: int) -> dict:
@@ -147,6 +168,9 @@ class Regime:
     answered: Recent = field(init=False)
     on_time: Recent = field(init=False)
     policy: SlowdownMeter = field(default_factory=SlowdownMeter)
+    commands: SlowdownMeter = field(
+        default_factory=lambda: SlowdownMeter(per_stratum=1, prior_pairs=3)
+    )
 
     def __post_init__(self) -> None:
         self.latencies = deque(maxlen=self.window)
@@ -178,6 +202,7 @@ class Regime:
             if len(self.answered)
             else None,
             "policy": self.policy.as_dict(min_samples),
+            "commands": self.commands.as_dict(min_samples),
         }
 
 
@@ -203,6 +228,7 @@ class Regimes:
         self.tail_s = tail_s
         self.by_name: dict[str, Regime] = {}
         self.episodes = 0  # episodes in flight on the loop
+        self.commands = 0  # commands running in the sandboxes
         self._predicting = 0
         self._busy_s = 0.0  # of the spans closed
         self._span: tuple[float, float] | None = None  # the last span: (start, end or inf)
@@ -220,6 +246,14 @@ class Regimes:
             yield
         finally:
             self.episodes -= 1
+
+    @contextlib.contextmanager
+    def executing(self) -> Iterator[None]:
+        self.commands += 1
+        try:
+            yield
+        finally:
+            self.commands -= 1
 
     @contextlib.contextmanager
     def predicting(self) -> Iterator[None]:

@@ -193,10 +193,18 @@ class SpeculativeEpisode:
         node.exec_started = turn.exec_start_s = time.monotonic()
         self.maybe_predict(node)  # no-op if already asked, e.g. while it was speculative
         context = node.speculation_context(self.trajectory.task_hash)
+        regimes = self.gate.regimes
         with running(self.loop.predictor, context, command):  # others may wait for its output
-            result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
+            span = regimes.span()
+            with regimes.executing():
+                result = await self.sandbox.run(command, timeout_s=self.limits.command_timeout_s)
             record_result(turn, result, self.limits)
-            self.gate.observe_execution(self.trajectory.task_hash, command, result.duration_s)
+            self.gate.observe_execution(
+                self.trajectory.task_hash,
+                command,
+                result.duration_s,
+                busy_fraction=regimes.busy_fraction(span),
+            )
             self.loop.predictor.observe(context, command, turn.observation)
 
     def advance(self, node: Node, turn: Turn, context: TokenContext) -> Node:

@@ -223,6 +223,43 @@ def test_the_engine_counts_as_busy_for_its_spin_after_the_last_question():
     assert regimes.busy_mark() == pytest.approx(5.5)
 
 
+def commands_run(gate: Gate, pairs: list[tuple[float, float]]) -> None:
+    """Each pair: seconds of one command line while the world model was busy, then idle."""
+    for i, (busy, idle) in enumerate(pairs):
+        gate.observe_execution("task", f"./ci.sh step{i}", busy, busy_fraction=1.0)
+        gate.observe_execution("task", f"./ci.sh step{i}", idle, busy_fraction=0.0)
+
+
+def test_commands_slowed_while_the_world_model_works_turn_it_off():
+    """Sandboxes sharing the world model's core (or everything on the policy's): the same
+    command lines run twice as long while it answers. Its cost is then the commands', even
+    with no other request on the policy's engine to slow."""
+    gate = taught(explore_every=0)
+    with episodes(gate, 8):
+        assert gate.decide(ask(load=0)).ask_world_model
+        commands_run(gate, [(6.0, 3.0)] * 6)
+        commands = gate.summary()["regimes"]["5-8"]["commands"]
+        assert (commands["busy_samples"], commands["idle_samples"]) == (6, 6)
+        assert commands["slowdown"] == pytest.approx(6 / 9, abs=1e-4)  # 1.0; 3 pairs of 0 assumed
+        assert gate.decide(ask(load=0)).reason == GateReason.slowdown
+    with episodes(gate, 1):
+        assert gate.decide(ask(load=0)).ask_world_model  # measured at another load only
+
+
+def test_command_slowdown_compares_runs_of_the_same_command_line():
+    """The world model is asked about the long commands: a busy `make test` against an idle
+    `make lint` says nothing of what it costs; and a few pairs that differ by a fifth either
+    way (commands vary) do not switch it off."""
+    gate = taught(explore_every=0)
+    for _ in range(4):
+        gate.observe_execution("task", "make test", 30.0, busy_fraction=1.0)
+        gate.observe_execution("task", "make lint", 3.0, busy_fraction=0.0)
+    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] == 0.0
+    commands_run(gate, [(3.6, 3.0), (2.4, 3.0), (3.6, 3.0)])
+    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] < 0.1
+    assert gate.decide(ask(load=0)).ask_world_model
+
+
 # --- through the runner: injected latencies, no timed assertion ----------------------------
 class SlowWorldModel(TablePredictor):
     """A world model that answers right, but after `delay_s`: later than every command."""
@@ -277,12 +314,30 @@ def test_baseline_pauses_are_rare_and_stop_once_a_comparison_exists():
         for _ in range(6):
             gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=1.0, load=8)
         assert gate.decide(ask(load=8)).reason == GateReason.baseline
-        clock.now += 4.0  # past the pause (2 replies of 1 s + a 0.2 s answer + 1 s of spin)
-        assert gate.decide(ask(load=8)).reason == GateReason.asked  # not again so soon
-        clock.now += 20.0
+        # Past the pause (2 of the longer of a reply and a command, `make`'s 3 s, a 0.2 s
+        # answer and 1 s of spin: 7.2 s), not again within 5 pauses' time.
+        clock.now += 8.0
+        assert gate.decide(ask(load=8)).reason == GateReason.asked
+        clock.now += 30.0
         assert gate.decide(ask(load=8)).reason == GateReason.baseline  # still nothing to compare
         for _ in range(3):  # idle replies at another load: a comparison exists there
             gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=1.0, load=1)
             gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=0.0, load=1)
         clock.now += 60.0
         assert gate.decide(ask(load=8)).reason == GateReason.asked
+
+
+async def test_the_runner_measures_commands_against_the_world_models_busy_time(builder):
+    """Every command the runner executes is a sample: busy when the world model answered
+    about it (its answer takes longer than the command), and the commands in flight are
+    counted while they run."""
+    wm = SlowWorldModel({}, delay_s=0.8)
+    gate = Gate(GateSettings(explore_every=0, prior_exec_s=5.0))
+    loop = SpeculativeLoop(CascadePredictor([wm]), gate, SpeculationSettings())
+    limits = EpisodeLimits(max_turns=4, max_tokens=64, temperature=0.7)
+    trajectory, context = new_episode(builder, 0)
+    engine = fake_policy(builder.tokenizer, seconds_per_token=0.005)
+    await play(trajectory, context, step_sandbox(0.3), engine, builder, limits, loop)
+    commands = gate.summary()["regimes"]["1"]["commands"]
+    assert wm.calls >= 1 and commands["busy_samples"] >= 1, gate.summary()
+    assert gate.regimes.commands == 0  # none left counted once they ended
