@@ -133,6 +133,10 @@ class SlowdownMeter:
         pairs = sum(min(s.busy.count, s.idle.count) for s in both)
         return both if pairs >= min_samples else []
 
+    def measured(self, min_samples: int) -> bool:
+        """Enough busy and idle work compared for `slowdown` to be a measurement."""
+        return bool(self._compared(min_samples))
+
     def needs_baseline(self, min_samples: int) -> bool:
         """Work seen while the world model was busy, and not enough idle work to compare it
         with: only holding the world model back can measure what it costs."""
@@ -156,6 +160,7 @@ class SlowdownMeter:
             "busy_samples": sum(s.busy.count for s in self.strata.values()),
             "idle_samples": sum(s.idle.count for s in self.strata.values()),
             "slowdown": round(self.slowdown(min_samples), 4),
+            "measured": self.measured(min_samples),
         }
 
 

@@ -146,8 +146,22 @@ def test_a_measured_policy_slowdown_turns_it_off_when_others_would_pay_for_it():
         decision = gate.decide(ask(load=8))  # 8 other requests would each lose 0.2 s
         assert decision.reason == GateReason.slowdown
         assert gate.decide(ask(load=0)).ask_world_model  # nobody else to slow down
-    with episodes(gate, 1):
-        assert gate.decide(ask(load=8)).ask_world_model  # measured at another load only
+    with episodes(gate, 1):  # measured at another load only: the prior here
+        assert gate.decide(ask(load=8)).reason == GateReason.slowdown
+        assert gate.decide(ask(load=1)).ask_world_model  # one other request: 0.1 s of cost
+
+
+def test_an_unmeasured_load_assumes_a_slowdown_until_exploring_measures_none():
+    """8 episodes at once asking a world model whose cost nobody knows: with no evidence
+    either way, the prior (0.1 a reply) says 8 other requests lose more than a hit saves."""
+    gate = taught(explore_every=0)
+    with episodes(gate, 8):
+        assert gate.decide(ask(load=8)).reason == GateReason.slowdown
+        assert not gate.summary()["regimes"]["5-8"]["policy"]["measured"]
+        slowed(gate, 1.0)  # measured: replies as fast with it as without
+        assert gate.summary()["regimes"]["5-8"]["policy"]["measured"]
+        assert gate.decide(ask(load=8)).ask_world_model
+    assert taught(prior_slowdown=0.0).decide(ask(load=8)).ask_world_model  # none assumed
 
 
 def test_no_slowdown_is_claimed_without_busy_and_idle_samples_both():
@@ -167,7 +181,7 @@ def test_a_world_model_always_busy_is_held_back_to_measure_what_it_costs():
     """Asked about everything, the world model's engine is never idle, so the policy's speed
     without it is never seen: the gate holds it back for a while, then judges."""
     clock = FakeClock()
-    gate = taught(clock, explore_every=0)
+    gate = taught(clock, explore_every=0, prior_slowdown=0.0)  # asked until measured
     with episodes(gate, 8):
         for _ in range(6):  # busy replies only
             gate.observe_generation(1.0, decode_s=2.0, tokens=11, busy_fraction=1.0, load=8)
@@ -309,7 +323,7 @@ async def test_a_world_model_that_answers_after_the_commands_stops_being_asked(b
 
 def test_baseline_pauses_are_rare_and_stop_once_a_comparison_exists():
     clock = FakeClock()
-    gate = taught(clock, explore_every=0)
+    gate = taught(clock, explore_every=0, prior_slowdown=0.0)  # asked until measured
     with episodes(gate, 8):
         for _ in range(6):
             gate.observe_generation(1.0, decode_s=1.0, tokens=11, busy_fraction=1.0, load=8)
