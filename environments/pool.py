@@ -116,6 +116,10 @@ class SandboxPool:
         if self._warm.qsize() + len(self._refills) < self.size:
             self._refill()
 
+    async def settle(self) -> None:
+        """Wait for the sandboxes being started in the background (refills) to be ready."""
+        await asyncio.gather(*list(self._refills), return_exceptions=True)
+
     async def aclose(self) -> None:
         """Remove every container of this pool; safe to call twice."""
         self._closed = True

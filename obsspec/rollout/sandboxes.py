@@ -125,6 +125,10 @@ class TaskPools:
             self._pools[task.id] = await pool.__aenter__()
         return self._pools[task.id]
 
+    async def settle(self) -> None:
+        """Wait until no pool is starting a sandbox in the background."""
+        await asyncio.gather(*(pool.settle() for pool in list(self._pools.values())))
+
     async def finished(self, task_id: str) -> None:
         self.remaining[task_id] -= 1
         if self.remaining[task_id] <= 0 and task_id in self._pools:

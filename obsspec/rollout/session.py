@@ -229,6 +229,12 @@ class RolloutSession:
         """One expected episode of the task is over; after its last, its pool closes."""
         await self._opened_pools().finished(task_id)
 
+    async def settle(self) -> None:
+        """Wait for the sandboxes being started in the background to be ready (the warm
+        refills that the episodes just played set off), so the next work begins on a quiet
+        machine: a profile's arms each start so."""
+        await self._opened_pools().settle()
+
     async def play(
         self,
         task: Task,

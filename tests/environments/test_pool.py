@@ -31,6 +31,15 @@ async def test_warm_acquire_is_fast_and_release_removes(docker_client, base_imag
     assert obsspec_containers(docker_client, run_id) == []
 
 
+async def test_settle_waits_for_the_refills_in_flight(docker_client, base_image, run_id):
+    async with SandboxPool(docker_client, base_image, size=2, run_id=run_id) as pool:
+        await pool.settle()  # the first two start in the background
+        assert pool.ready == 2
+        await pool.release(await pool.acquire())  # a refill set off by each
+        await pool.settle()
+        assert pool.ready == 2
+
+
 async def test_cold_start_when_empty_and_close_removes_leased(docker_client, base_image, run_id):
     pool = SandboxPool(docker_client, base_image, size=0, run_id=run_id)
     async with pool:

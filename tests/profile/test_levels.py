@@ -123,9 +123,14 @@ class FakeSession:
         self.fail = fail
         self.prefilled: list[list[int]] = []
         self.played: list[tuple[str, str, float, float]] = []  # arm, task, start, end
+        self.settled: list[float] = []  # when each wait for the sandboxes ended
 
     def limits_for(self, _task):
         return self.limits
+
+    async def settle(self):
+        await asyncio.sleep(0.01)
+        self.settled.append(time.monotonic())
 
     async def generate(self, prompt, _sampling, priority=0):
         self.prefilled.append(prompt)
@@ -155,6 +160,9 @@ async def test_a_wave_plays_each_arm_at_once_arm_after_arm():
         first_start = min(start for a, _, start, _ in session.played if a == arm)
         assert first_start >= max(end for a, _, _, end in session.played if a == after)
     assert all(peak_at_once(spans) == 3 for spans in played.spans.values())
+    for arm, settled in zip(("seq", "spec", "oracle"), session.settled, strict=True):
+        # each arm waits for the sandboxes the last one set off starting
+        assert min(start for a, _, start, _ in session.played if a == arm) >= settled
     assert {(e.arm, e.concurrency) for e in events} == {(a, 3) for a in ("seq", "spec", "oracle")}
 
 
