@@ -27,8 +27,8 @@ answer later than the commands of a family shows as no saving for that family, w
 commands still get asked); a, the share of the questions that ended with a guess (no answer,
 an answer cut off, a failure: not; from `prior_answered`); s, the slowdown of the policy's
 engine measured while it worked (seconds per token of real replies, busy against idle, at
-the same engine load; `prior_slowdown` until measured there); and s_c, the slowdown of
-commands (seconds of runs of the same command line, busy against idle). Its P seconds of work, and the T = 1 s its engine's worker spins
+the same engine load); and s_c, the slowdown of commands (seconds of runs of the same command
+line, busy against idle); both `prior_slowdown` until measured at this load. Its P seconds of work, and the T = 1 s its engine's worker spins
 after each answer (obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other
 requests s*(P + T) and each of the C commands running (this one included) s_c*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
@@ -128,10 +128,11 @@ class GateSettings(StrictModel):
     prior_slowdown: float = Field(
         default=0.1,
         ge=0,
-        description="Slowdown of each other reply on the policy's engine assumed while the "
-        "world model works, at a load where it has not been measured yet (busy against idle "
-        "replies): not 0, so that many episodes at once do not all ask a world model whose "
-        "cost nobody knows (8 at once on 2 cores measured 0.09-0.14, 0.22 on one core).",
+        description="Slowdown of each other reply on the policy's engine, and of each command "
+        "running, assumed while the world model works, at a load where it has not been "
+        "measured yet (busy against idle): not 0, so that many episodes at once do not all ask "
+        "a world model whose cost nobody knows (8 at once on 2 cores measured 0.09-0.24 for "
+        "replies and 0.45 for commands sharing its core).",
     )
 
 
@@ -260,9 +261,11 @@ class Gate:
         n = self.settings.min_slowdown_samples
         commands = self.regimes.commands + (0 if ask.elapsed_s > 0 else 1)
         # Unmeasured at this load: the prior, until exploring (explore_every) measures it.
-        measured = regime.policy.measured(n)
-        policy = regime.policy.slowdown(n) if measured else self.settings.prior_slowdown
-        return policy * ask.load + regime.commands.slowdown(n) * commands
+        prior = self.settings.prior_slowdown
+        return (
+            regime.policy.slowdown(n, prior) * ask.load
+            + regime.commands.slowdown(n, prior) * commands
+        )
 
     def _holding_back(self, regime: Regime) -> bool:
         """A world model asked about everything keeps its engine busy all the time, and the
@@ -388,5 +391,5 @@ class Gate:
         return {
             "mode": str(self.mode),
             "decisions": dict(sorted(self.decisions.items())),
-            "regimes": self.regimes.as_dict(s.min_slowdown_samples),
+            "regimes": self.regimes.as_dict(s.min_slowdown_samples, s.prior_slowdown),
         }

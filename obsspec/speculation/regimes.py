@@ -107,8 +107,8 @@ class SlowdownMeter:
     # Samples of each kind a stratum needs to be compared (None: min_samples). Commands, one
     # stratum per command line, compare with one of each; min_samples pairs in all are needed.
     per_stratum: int | None = None
-    # Pairs of no slowdown assumed beside those measured: a few single pairs of commands that
-    # vary anyway by a fifth either way must not switch speculation off alone.
+    # Pairs at the prior assumed beside those measured: a few single pairs of commands that
+    # vary anyway by a fifth either way must not decide alone.
     prior_pairs: int = 0
     strata: dict[Hashable, BusyIdle] = field(default_factory=dict)
 
@@ -143,23 +143,25 @@ class SlowdownMeter:
         busy = sum(s.busy.count for s in self.strata.values())
         return busy >= 2 * min_samples and not self._compared(min_samples)
 
-    def slowdown(self, min_samples: int) -> float:
+    def slowdown(self, min_samples: int, prior: float = 0.0) -> float:
         """busy / idle - 1 within each stratum compared (`_compared`), averaged by busy
-        samples, clipped to [0, MAX_SLOWDOWN]; 0 without enough of them (no evidence of harm
-        is not evidence of harm)."""
+        samples with `prior_pairs` at `prior`, clipped to [0, MAX_SLOWDOWN]; the prior
+        without enough of them (the gate's `prior_slowdown`: the cost of a world model never
+        measured is not known to be nothing)."""
         ratios = [
             (s.busy.value / s.idle.value - 1.0, s.busy.count) for s in self._compared(min_samples)
         ]
         if not ratios:
-            return 0.0
-        mean = sum(r * n for r, n in ratios) / (sum(n for _, n in ratios) + self.prior_pairs)
+            return prior
+        total = sum(r * n for r, n in ratios) + self.prior_pairs * prior
+        mean = total / (sum(n for _, n in ratios) + self.prior_pairs)
         return min(max(mean, 0.0), MAX_SLOWDOWN)
 
-    def as_dict(self, min_samples: int) -> dict:
+    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
         return {
             "busy_samples": sum(s.busy.count for s in self.strata.values()),
             "idle_samples": sum(s.idle.count for s in self.strata.values()),
-            "slowdown": round(self.slowdown(min_samples), 4),
+            "slowdown": round(self.slowdown(min_samples, prior), 4),
             "measured": self.measured(min_samples),
         }
 
@@ -196,7 +198,7 @@ class Regime:
     def mean_latency(self, default: float) -> float:
         return sum(self.latencies) / len(self.latencies) if self.latencies else default
 
-    def as_dict(self, min_samples: int) -> dict:
+    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
         return {
             "questions": len(self.on_time),
             "on_time_rate": round(self.on_time.rate(0.0, weight=0.0), 4)
@@ -206,8 +208,8 @@ class Regime:
             "answered_rate": round(self.answered.rate(0.0, weight=0.0), 4)
             if len(self.answered)
             else None,
-            "policy": self.policy.as_dict(min_samples),
-            "commands": self.commands.as_dict(min_samples),
+            "policy": self.policy.as_dict(min_samples, prior),
+            "commands": self.commands.as_dict(min_samples, prior),
         }
 
 
@@ -299,9 +301,9 @@ class Regimes:
         seconds = self.clock() - started
         return min(max((self.busy_mark() - mark) / seconds, 0.0), 1.0) if seconds > 0 else 0.0
 
-    def as_dict(self, min_samples: int) -> dict:
+    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
         return {
-            name: regime.as_dict(min_samples)
+            name: regime.as_dict(min_samples, prior)
             for name, regime in sorted(self.by_name.items(), key=lambda item: _order(item[0]))
         }
 

@@ -153,12 +153,14 @@ def test_a_measured_policy_slowdown_turns_it_off_when_others_would_pay_for_it():
 
 def test_an_unmeasured_load_assumes_a_slowdown_until_exploring_measures_none():
     """8 episodes at once asking a world model whose cost nobody knows: with no evidence
-    either way, the prior (0.1 a reply) says 8 other requests lose more than a hit saves."""
+    either way, the prior (0.1 a reply, and a command) says 8 other requests lose more than a
+    hit saves."""
     gate = taught(explore_every=0)
     with episodes(gate, 8):
         assert gate.decide(ask(load=8)).reason == GateReason.slowdown
         assert not gate.summary()["regimes"]["5-8"]["policy"]["measured"]
         slowed(gate, 1.0)  # measured: replies as fast with it as without
+        commands_run(gate, [(3.0, 3.0)] * 3)  # and commands
         assert gate.summary()["regimes"]["5-8"]["policy"]["measured"]
         assert gate.decide(ask(load=8)).ask_world_model
     assert taught(prior_slowdown=0.0).decide(ask(load=8)).ask_world_model  # none assumed
@@ -254,7 +256,7 @@ def test_commands_slowed_while_the_world_model_works_turn_it_off():
         commands_run(gate, [(6.0, 3.0)] * 6)
         commands = gate.summary()["regimes"]["5-8"]["commands"]
         assert (commands["busy_samples"], commands["idle_samples"]) == (6, 6)
-        assert commands["slowdown"] == pytest.approx(6 / 9, abs=1e-4)  # 1.0; 3 pairs of 0 assumed
+        assert commands["slowdown"] == pytest.approx(6.3 / 9, abs=1e-4)  # 3 pairs at the prior
         assert gate.decide(ask(load=0)).reason == GateReason.slowdown
     with episodes(gate, 1):
         assert gate.decide(ask(load=0)).ask_world_model  # measured at another load only
@@ -268,7 +270,7 @@ def test_command_slowdown_compares_runs_of_the_same_command_line():
     for _ in range(4):
         gate.observe_execution("task", "make test", 30.0, busy_fraction=1.0)
         gate.observe_execution("task", "make lint", 3.0, busy_fraction=0.0)
-    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] == 0.0
+    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] == 0.1  # the prior
     commands_run(gate, [(3.6, 3.0), (2.4, 3.0), (3.6, 3.0)])
     assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] < 0.1
     assert gate.decide(ask(load=0)).ask_world_model
@@ -301,7 +303,7 @@ class Cheap(TablePredictor):
 async def test_a_world_model_that_answers_after_the_commands_stops_being_asked(builder):
     wm = SlowWorldModel({}, delay_s=0.8)
     cheap = Cheap("ls")
-    gate = Gate(GateSettings(explore_every=0))
+    gate = Gate(GateSettings(explore_every=0, prior_slowdown=0.0))  # lateness alone here
     loop = SpeculativeLoop(CascadePredictor([cheap, wm]), gate, SpeculationSettings())
     limits = EpisodeLimits(max_turns=6, max_tokens=64, temperature=0.7)
     records = []
