@@ -28,9 +28,10 @@ commands still get asked); a, the share of the questions that ended with a guess
 an answer cut off, a failure: not; from `prior_answered`); s, the slowdown of the policy's
 engine measured while it worked (seconds per token of real replies, busy against idle, at
 the same engine load); and s_c, the slowdown of commands (seconds of runs of the same command
-line, busy against idle); both `prior_slowdown` until measured at this load. Its P seconds of work, and the T = 1 s its engine's worker spins
-after each answer (obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other
-requests s*(P + T) and each of the C commands running (this one included) s_c*(P + T). When
+line, busy against idle); both `prior_slowdown` until measured at this load. Its P seconds
+of work, and the T = 1 s its engine's worker spins after each answer
+(obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other requests s*(P + T) and
+each of the C commands running (this one included) s_c*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
 work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
 theirs is branched on when it pays (`should_branch`). Every `explore_every`-th question

@@ -173,7 +173,7 @@ async def test_an_exit_trap_fires_when_the_shell_ends_as_in_a_terminal(sandbox):
 async def test_a_one_off_exec_past_its_timeout_is_a_sandbox_error(sandbox):
     """On an overloaded machine a one-off exec (the verifier's upload) can outlast its timeout:
     a retryable SandboxError for that episode, not a bare TimeoutError ending the run."""
-    with pytest.raises(SandboxError, match="did not return within 0.5 s"):
+    with pytest.raises(SandboxError, match=r"did not return within 0\.5 s"):
         await sandbox.exec_oneoff(["sleep", "5"], timeout_s=0.5)
     result = await sandbox.run("echo still here", timeout_s=10)
     assert result.stdout == "still here\n"

@@ -122,7 +122,7 @@ def test_place_fills_the_settings_the_engines_and_pools_read():
 
 
 def test_a_bad_core_list_is_refused_naming_the_key_and_a_bare_number_is_one_core():
-    with pytest.raises(ValueError, match="sandbox_cpuset(.|\n)*'one' is not a list of CPU cores"):
+    with pytest.raises(ValueError, match=r"sandbox_cpuset(.|\n)*'one' is not a list of CPU cores"):
         RolloutSettings.model_validate({"sandbox_cpuset": "one"})
     # `--set engine.cpu_cores=0`: the shell drops the quotes, TOML reads a number
     settings = RolloutSettings.model_validate({"engine": {"cpu_cores": 0}, "sandbox_cpuset": 1})
