@@ -10,6 +10,7 @@ import pytest
 from obsspec import api
 from obsspec.agent.protocol import Action, ActionFormat, format_action
 from obsspec.inference.scripted import PacedEngine, ScriptedEngine
+from obsspec.speculation.gate import GateSettings
 
 ROOT = Path(__file__).parents[2]
 GREETING = ROOT / "tests" / "fixtures" / "tasks" / "harbor-greeting"
@@ -58,7 +59,11 @@ async def test_the_custom_rollout_speculates_losslessly_on_the_callers_engines(
     limits = api.EpisodeLimits(max_turns=6, max_tokens=32, temperature=0)
     policy = PacedEngine(tiny_engine, solving_policy(tokenizer), min_tokens=16)
     batch = [{"task_dir": GREETING, "seed": seed} for seed in (0, 1)]  # a group of two
-    speculator = api.Speculator(tokenizer, world_model=tiny_engine, limits=limits)
+    # Commands of milliseconds on a shared CPU: the auto gate, assuming a world model whose
+    # cost it has not measured slows the others (prior_slowdown), would rightly not ask it.
+    settings = api.SpeculationSettings(gate=GateSettings(prior_slowdown=0.0))
+    wm = tiny_engine
+    speculator = api.Speculator(tokenizer, world_model=wm, limits=limits, settings=settings)
     out = await example.rollout(batch, policy, speculator)
 
     assert out["rewards"] == [1.0, 1.0]
