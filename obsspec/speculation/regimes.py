@@ -141,7 +141,7 @@ class SlowdownMeter:
         """Work seen while the world model was busy, and not enough idle work to compare it
         with: only holding the world model back can measure what it costs."""
         busy = sum(s.busy.count for s in self.strata.values())
-        return busy >= 2 * min_samples and not self._compared(min_samples)
+        return busy >= 2 * min_samples and not self.measured(min_samples)
 
     def slowdown(self, min_samples: int, prior: float = 0.0) -> float:
         """busy / idle - 1 within each stratum compared (`_compared`), averaged by busy
@@ -157,7 +157,7 @@ class SlowdownMeter:
         mean = total / (sum(n for _, n in ratios) + self.prior_pairs)
         return min(max(mean, 0.0), MAX_SLOWDOWN)
 
-    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
+    def as_dict(self, min_samples: int, prior: float) -> dict:
         return {
             "busy_samples": sum(s.busy.count for s in self.strata.values()),
             "idle_samples": sum(s.idle.count for s in self.strata.values()),
@@ -198,7 +198,7 @@ class Regime:
     def mean_latency(self, default: float) -> float:
         return sum(self.latencies) / len(self.latencies) if self.latencies else default
 
-    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
+    def as_dict(self, min_samples: int, prior: float) -> dict:
         return {
             "questions": len(self.on_time),
             "on_time_rate": round(self.on_time.rate(0.0, weight=0.0), 4)
@@ -301,7 +301,7 @@ class Regimes:
         seconds = self.clock() - started
         return min(max((self.busy_mark() - mark) / seconds, 0.0), 1.0) if seconds > 0 else 0.0
 
-    def as_dict(self, min_samples: int, prior: float = 0.0) -> dict:
+    def as_dict(self, min_samples: int, prior: float) -> dict:
         return {
             name: regime.as_dict(min_samples, prior)
             for name, regime in sorted(self.by_name.items(), key=lambda item: _order(item[0]))
