@@ -10,7 +10,8 @@ otherwise); "-" where the fault does not end the command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tests.fault_row import Fault
+from tests.faults_hostile import HOSTILE_FAULTS
 
 CHAOS = (
     "tests/rollout/test_chaos.py::"
@@ -26,17 +27,7 @@ SIGNALS = (
 )
 
 
-@dataclass(frozen=True)
-class Fault:
-    when: str  # the fault, as the user would name it
-    exit: str  # the exit code of the command, or "-"
-    see: str  # what the user sees: the line printed, the effect on the data
-    recorded: str  # where it is recorded
-    rerun: str  # what rerunning the same command does
-    tests: tuple[str, ...]  # pytest node ids (a parametrized test by its function)
-
-
-FAULTS = [
+CORE_FAULTS = [
     Fault(
         "a sandbox container is killed or removed (`docker rm -f`) while the agent or the "
         "verifier runs",
@@ -389,15 +380,19 @@ FAULTS = [
     ),
 ]
 
+
+FAULTS = CORE_FAULTS + HOSTILE_FAULTS
+
 HEADER = (
     "| When... | Exit | What you see | Recorded in | Rerunning the command | Tested by |",
     "| --- | --- | --- | --- | --- | --- |",
 )
 
 
-def markdown_table(faults: list[Fault] = FAULTS) -> str:
+def markdown_table(faults: list[Fault] | None = None) -> str:
     """The table of docs/faults.md: one row per fault, its tests by node id."""
     lines = list(HEADER)
+    faults = FAULTS if faults is None else faults
     for f in faults:
         tests = "<br>".join(f"`{test}`" for test in f.tests)
         lines.append(f"| {f.when} | {f.exit} | {f.see} | {f.recorded} | {f.rerun} | {tests} |")
