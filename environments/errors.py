@@ -5,6 +5,8 @@ EnvironmentFailure          base of everything here; infrastructure, so retryabl
 ├── ImageBuildError         an image build failed; carries the last lines of its log
 │   └── MissingImageError   a base image is neither here nor pullable (not retryable)
 └── SandboxError            a container could not be created, started or driven
+    └── DiskLimitExceeded   the sandbox wrote past its disk limit and was stopped (not
+                            retryable: an outcome of what ran in it, see disk_limit.py)
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ class MissingImageError(ImageBuildError):
 
 class SandboxError(EnvironmentFailure):
     pass
+
+
+class DiskLimitExceeded(SandboxError):
+    """The sandbox's writable layer grew past its disk limit: the container was removed at
+    once (freeing the disk). Retrying cannot help; the episode ends with `disk_limit`."""
+
+    retryable = False
 
 
 class VerifierError(EnvironmentFailure):

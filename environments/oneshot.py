@@ -13,21 +13,26 @@ is lost. `timeout_s` bounds the call: creating, starting and reading share it (c
 starting are not interrupted; a daemon under heavy load can take seconds for them), then the
 container is killed and removed (one call, normally well under a second). A timed-out command
 reports exit code 124, as coreutils' `timeout` does. The container is removed however the call
-ends, Ctrl-C included.
+ends, Ctrl-C included. Its disk is limited as a sandbox's (environments/disk_limit.py): a
+quota, or a watchdog thread that removes the container past the limit, and measures once more
+when the command ends; either way the result's `disk_limit` says why it was stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass
 
 from obsspec.environments.capture import CappedBuffer, FrameSplitter
+from obsspec.environments.disk_limit import LayerMeter, ThreadWatch, create_limited
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.sandbox import SandboxLimits, container_options, remove_container_named
 
 LABEL = "obsspec.oneshot"
 TIMEOUT_EXIT_CODE = 124
+DISK_LIMIT_EXIT_CODE = 137  # killed (SIGKILL), as Docker reports a container it removes
 OUTPUT_CAP_BYTES = 256 * 1024  # per stream, head and tail each (as a sandbox's shell)
 WAIT_GRACE_S = 2.0  # for the exit code once both streams have ended
 LAST_READ_S = 0.05  # at the deadline, output already on its way is still taken
@@ -44,6 +49,7 @@ class OneShotResult:
     seconds: float
     timed_out: bool
     truncated: bool  # some output was dropped from the middle of a stream
+    disk_limit: str | None = None  # why it was stopped for writing past its disk limit
 
 
 def run_once(
@@ -61,12 +67,23 @@ def run_once(
     deadline = start + timeout_s
     name = f"obsspec-oneshot-{uuid.uuid4().hex[:12]}"  # found by name if create is interrupted
     buffers = {STDOUT: CappedBuffer(cap_bytes), STDERR: CappedBuffer(cap_bytes)}
+    limits = limits or SandboxLimits()
+    watch = None
     try:
-        container = _create(client, image, command, limits or SandboxLimits(), name, run_id)
-        exit_code = _start_and_read(client, container, buffers, deadline)
+        container, quota = _create(client, image, command, limits, name, run_id)
+        if not quota:
+            stop = lambda: remove_container_named(client.api, name)  # noqa: E731
+            watch = ThreadWatch(LayerMeter(client, container.attrs), limits.disk_mb, stop)
+        with watch or contextlib.nullcontext():
+            exit_code = _start_and_read(client, container, buffers, deadline, watch)
+        if watch is not None:
+            watch.check()  # a write that ended between two measurements
     finally:
         _remove(client, name)
     out, err = buffers[STDOUT], buffers[STDERR]
+    disk_limit = watch.exceeded if watch is not None else None
+    if disk_limit is not None:
+        exit_code = DISK_LIMIT_EXIT_CODE
     return OneShotResult(
         stdout=out.text(),
         stderr=err.text(),
@@ -74,6 +91,7 @@ def run_once(
         seconds=time.monotonic() - start,
         timed_out=exit_code is None,
         truncated=out.truncated or err.truncated,
+        disk_limit=disk_limit,
     )
 
 
@@ -83,7 +101,8 @@ def _create(client, image: str, command: str, limits: SandboxLimits, name: str, 
 
     options = container_options(limits, run_id)
     options["labels"] = {**options["labels"], LABEL: "1"}
-    try:
+
+    def create(**disk):
         return client.containers.create(
             image,
             ["bash", "-c", WAIT_THEN_RUN, "oneshot", command],
@@ -92,7 +111,11 @@ def _create(client, image: str, command: str, limits: SandboxLimits, name: str, 
             stdin_open=True,
             tty=False,
             **options,
+            **disk,
         )
+
+    try:
+        return create_limited(client, create, limits.disk_mb)
     except docker.errors.ImageNotFound:
         raise SandboxError(
             f"image {image} does not exist", hint="build it with: obsspec env build"
@@ -101,8 +124,11 @@ def _create(client, image: str, command: str, limits: SandboxLimits, name: str, 
         raise SandboxError(f"cannot create a container from {image}: {e.explanation}") from e
 
 
-def _start_and_read(client, container, buffers: dict[int, CappedBuffer], deadline: float):
-    """The command's exit code, or None if it ran past the deadline."""
+def _start_and_read(
+    client, container, buffers: dict[int, CappedBuffer], deadline: float, watch=None
+):
+    """The command's exit code, or None if it ran past the deadline (or the disk watchdog
+    removed the container: it has none)."""
     import docker.errors
 
     try:
@@ -118,7 +144,7 @@ def _start_and_read(client, container, buffers: dict[int, CappedBuffer], deadlin
             sock.close()
     except docker.errors.APIError as e:
         raise SandboxError(f"cannot run the command: {e.explanation}") from e
-    if not ended:
+    if not ended or (watch is not None and watch.exceeded):
         return None
     # Both streams closed: the command has exited (unless it closed them itself).
     return _wait(container, max(deadline - time.monotonic(), WAIT_GRACE_S))
@@ -143,11 +169,14 @@ def _read_frames(sock, buffers: dict[int, CappedBuffer], deadline: float) -> boo
 
 
 def _wait(container, timeout_s: float) -> int | None:
+    import docker.errors
     import requests.exceptions
 
     try:
         return container.wait(timeout=timeout_s)["StatusCode"]
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
+        return None
+    except docker.errors.NotFound:  # removed meanwhile (the disk watchdog)
         return None
 
 

@@ -3,9 +3,10 @@
     async with DockerSandbox(client, image, SandboxLimits(), run_id="r1") as sb:
         result = await sb.run("cd /tmp && ls", timeout_s=30)
 
-Isolation: resource limits (cpus, memory, pids), no network unless the run's policy gives one
-(NetworkPolicy: none, only the verifier, or all; see `with_network`), no-new-privileges,
-capabilities cut to what a root shell in a task needs, an init process that reaps orphans.
+Isolation: resource limits (cpus, memory, pids, and disk: environments/disk_limit.py), no
+network unless the run's policy gives one (NetworkPolicy: none, only the verifier, or all; see
+`with_network`), no-new-privileges, capabilities cut to what a root shell in a task needs, an
+init process that reaps orphans.
 Determinism: fixed hostname, TZ, locale and umask (SHELL_ENV, INIT); HOME and the working
 directory as the image sets them (/root in ours). Unless the task turns it off
 (`deterministic`), the agent's shell also fixes git's dates, Python's string hashing and
@@ -34,6 +35,12 @@ from obsspec.environments.deterministic_shell import (
     configured_names,
     shell_environment,
     shell_startup,
+)
+from obsspec.environments.disk_limit import (
+    DEFAULT_STORAGE_MB,
+    DiskWatch,
+    LayerMeter,
+    create_limited,
 )
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.shell import SHELL_ENV, PersistentShell, ShellSettings
@@ -87,6 +94,17 @@ class SandboxLimits(StrictModel):
         description="The agent's shell fixes git dates, hash seed and $RANDOM "
         "(environments/deterministic_shell.py).",
     )
+    storage_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="Disk the sandbox may write, MiB (the task's `storage`) [default: "
+        "DEFAULT_STORAGE_MB]; a quota or a watchdog (environments/disk_limit.py).",
+    )
+
+    @property
+    def disk_mb(self) -> int:
+        """The disk limit in force: the task's, else the default."""
+        return self.storage_mb or DEFAULT_STORAGE_MB
 
 
 def with_network(limits: SandboxLimits, run: NetworkPolicy) -> SandboxLimits:
@@ -153,6 +171,8 @@ class DockerSandbox:
         self.container = None
         self.shell: PersistentShell | None = None
         self.start_seconds = 0.0
+        self.disk_quota = False  # the storage driver enforces limits.disk_mb itself
+        self.disk_watch: DiskWatch | None = None  # else this does (environments/disk_limit.py)
 
     async def __aenter__(self) -> DockerSandbox:
         await self.start()
@@ -169,6 +189,7 @@ class DockerSandbox:
         start = time.monotonic()
         self.container = await self._create_uncancellable()
         try:
+            self._watch_disk()
             self.shell = PersistentShell(
                 self.client,
                 self.container.id,
@@ -198,7 +219,7 @@ class DockerSandbox:
     def _create(self):
         import docker.errors
 
-        try:
+        def create(**disk):
             return self.client.containers.run(
                 self.image,
                 entrypoint=["sleep", "infinity"],
@@ -206,7 +227,12 @@ class DockerSandbox:
                 detach=True,
                 stdin_open=False,
                 **container_options(self.limits, self.run_id),
+                **disk,
             )
+
+        try:
+            container, self.disk_quota = create_limited(self.client, create, self.limits.disk_mb)
+            return container
         except docker.errors.ImageNotFound:
             raise SandboxError(
                 f"image {self.image} does not exist",
@@ -215,19 +241,42 @@ class DockerSandbox:
         except docker.errors.APIError as e:
             raise SandboxError(f"cannot start a sandbox from {self.image}: {e.explanation}") from e
 
+    def _watch_disk(self) -> None:
+        """Start the disk watchdog where the storage driver gives no quota."""
+        if not self.disk_quota:
+            meter = LayerMeter(self.client, self.container.attrs)
+            self.disk_watch = DiskWatch(meter, self.limits.disk_mb, self._stop_for_disk)
+            self.disk_watch.start()
+
+    async def _stop_for_disk(self) -> None:
+        """Past the disk limit: the container goes at once (its disk with it)."""
+        if self.container is not None:
+            await asyncio.to_thread(remove_container, self.container)
+
+    async def _guarded(self, work):
+        """work() under the disk watchdog (DiskLimitExceeded past the limit)."""
+        if self.disk_watch is None:
+            return await work()
+        return await self.disk_watch.guard(work)
+
+    def _check_disk(self) -> None:
+        if self.disk_watch is not None:
+            self.disk_watch.raise_if_exceeded()
+
     async def run(self, command: str, timeout_s: float = 60.0) -> ExecResult:
         if self.shell is None:
             raise SandboxError("the sandbox is not started (use `async with`)")
-        return await self.shell.run(command, timeout_s)
+        return await self._guarded(lambda: self.shell.run(command, timeout_s))
 
     async def run_fresh(self, command: str, timeout_s: float = 60.0) -> ExecResult:
         """Run in a new shell of the sandbox: none of the persistent shell's state applies."""
         if self.container is None:
             raise SandboxError("the sandbox is not started (use `async with`)")
+        self._check_disk()
         shell = PersistentShell(self.client, self.container.id, self.shell_settings)
         await shell.start()
         try:
-            return await shell.run(command, timeout_s)
+            return await self._guarded(lambda: shell.run(command, timeout_s))
         finally:
             await shell.close()
 
@@ -238,6 +287,7 @@ class DockerSandbox:
         TimeoutError that would end the whole run."""
         if self.shell is None:
             raise SandboxError("the sandbox is not started")
+        self._check_disk()  # stopped for its disk: that, not a vanished container, is why
         try:
             return await self.shell.exec_oneoff(cmd, timeout_s)
         except TimeoutError:
@@ -298,6 +348,8 @@ class DockerSandbox:
         """The bytes of a file in the sandbox, or None if it does not exist."""
         import docker.errors
 
+        self._check_disk()
+
         def read() -> bytes | None:
             try:
                 chunks, _ = self.container.get_archive(path)
@@ -314,6 +366,8 @@ class DockerSandbox:
 
     async def aclose(self) -> None:
         """Remove the container (and its anonymous volumes); safe to call twice."""
+        if self.disk_watch is not None:
+            await self.disk_watch.close()
         if self.shell is not None:
             await self.shell.close()
             self.shell = None

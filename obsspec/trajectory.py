@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 ActionKind = Literal["command", "done", "invalid"]
-FinishReason = Literal["done", "max_turns", "context_length", "deadline", "infra_error"]
+FinishReason = Literal[
+    "done", "max_turns", "context_length", "deadline", "infra_error", "disk_limit"
+]
 
 
 @dataclass

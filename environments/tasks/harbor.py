@@ -17,7 +17,7 @@ task.toml, as Harbor's current TaskConfig has it (obsspec's additions marked +):
                   (environments.tasks.rewards: how several reward keys make one reward)
     [solution]    env (for solve.sh)
     [environment] docker_image, build_timeout_sec, cpus, memory = "4G" (or memory_mb),
-                  storage = "10G" (or storage_mb; recorded, not enforced), allow_internet, env,
+                  storage = "10G" (or storage_mb; environments/disk_limit.py), allow_internet, env,
                   + deterministic = false (the agent's shell keeps real git dates, hash seed
                   and $RANDOM; environments/deterministic_shell.py)
 
@@ -196,6 +196,7 @@ def load_harbor(root: Path) -> Task:
             allow_internet=env.allow_internet,
             env=env.env,
             deterministic=env.deterministic,
+            storage_mb=env.storage or env.storage_mb,
         ),
         agent_timeout_s=config.agent.timeout_sec,
         verifier_timeout_s=config.verifier.timeout_sec,
@@ -207,7 +208,6 @@ def load_harbor(root: Path) -> Task:
         verifier_env=config.verifier.env,
         reward_key=config.verifier.reward_key,
         reward_aggregate=config.verifier.reward_aggregate or "min",
-        storage_mb=env.storage or env.storage_mb,
         format_warnings=config.ignored_keys(root / "task.toml"),
         metadata=config.metadata,
     )

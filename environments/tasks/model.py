@@ -41,14 +41,17 @@ class Task(StrictModel):
     reward_aggregate: RewardAggregate = Field(
         default="min", description="How several reward keys make the scalar reward."
     )
-    storage_mb: int | None = Field(
-        default=None, description="Disk the task asks for (Harbor); recorded, not enforced."
-    )
     format_warnings: list[str] = Field(
         default_factory=list,
         description="What the loader ignored in the task's files (e.g. unknown keys).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def storage_mb(self) -> int | None:
+        """Disk the task asks for (Harbor's `storage`), MiB; None: the default
+        (environments/disk_limit.py)."""
+        return self.limits.storage_mb
 
     def solution_commands(self) -> list[str]:
         """The reference solution as the commands an agent would type, cut by bash's parser

@@ -12,6 +12,9 @@ Episode-ending events are exceptions caught in one place. Infrastructure failure
 engine) end the episode with error_kind "infra" (retryable, masked from training); a verifier
 that gives no usable reward ends it with error_kind "task" (the task is broken: not retried,
 not data); running out of turns, time or context are outcomes of the policy and stay data.
+So is writing past the sandbox's disk limit (finish reason `disk_limit`, error_kind "model"):
+the sandbox was stopped, so the verifier does not run, and the reward is 0 (environments/
+disk_limit.py).
 
 The turn loop is a parameter: the speculative runner (obsspec.speculation) passes its own,
 which builds turns with the same helpers below, so both produce the same trajectories.
@@ -37,6 +40,7 @@ from obsspec.agent.protocol import (
     task_prompt,
 )
 from obsspec.config import StrictModel
+from obsspec.environments.errors import DiskLimitExceeded
 from obsspec.environments.sandbox_protocol import Sandbox, SandboxProvider
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.verifier import verify
@@ -136,6 +140,8 @@ async def run_episode(
                 outcome = await verify(task, sandbox)
             trajectory.reward, trajectory.rewards = outcome.reward, outcome.rewards
             trajectory.verifier_s, trajectory.verifier_output = outcome.seconds, outcome.output
+    except DiskLimitExceeded as e:  # stopped between the last command and the verifier
+        end_at_disk_limit(trajectory, e)
     except ObsspecError as e:
         # A verifier that cannot give a reward (not retryable) is the task's fault: retrying
         # the episode cannot help. The sandbox failing under it can.
@@ -173,6 +179,8 @@ async def play(
     except ContextLengthError as e:
         trajectory.finish_reason, trajectory.error = "context_length", str(e)
         trajectory.error_type = type(e).__name__
+    except DiskLimitExceeded as e:
+        end_at_disk_limit(trajectory, e)
     except ObsspecError as e:
         end_with_error(trajectory, e)
     finally:
@@ -190,6 +198,14 @@ def rebase_timeline(turns: list[Turn], origin: float) -> None:
             turn.exec_start_s = max(0.0, turn.exec_start_s - origin)
         if turn.predict_start_s:
             turn.predict_start_s = max(0.0, turn.predict_start_s - origin)
+
+
+def end_at_disk_limit(trajectory: Trajectory, error: DiskLimitExceeded) -> None:
+    """The policy wrote past the sandbox's disk limit: an outcome, unrewarded (the sandbox
+    is gone, no verifier can judge it, and filling the disk must not pay)."""
+    trajectory.finish_reason, trajectory.error = "disk_limit", str(error)
+    trajectory.error_kind, trajectory.error_type = "model", type(error).__name__
+    trajectory.reward, trajectory.rewards = 0.0, {}
 
 
 def end_with_error(trajectory: Trajectory, error: ObsspecError) -> None:
