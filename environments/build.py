@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -79,9 +80,15 @@ def local_image(client, tag: str):
 
 
 def tree_hash(root: Path) -> str:
-    """sha256 over every file's relative path and bytes under root, in a fixed order."""
+    """sha256 over every file's relative path and bytes under root, in a fixed order. A link
+    is hashed as its target's name, never read through: Docker's build context and the
+    sandbox's uploads ship it as a link, and one that leads out of root must not put a file
+    of this machine into the hash (rglob does not walk into linked directories)."""
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(p for p in root.rglob("*") if p.is_symlink() or p.is_file()):
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
+        if path.is_symlink():
+            h.update(b"\0link\0" + os.fsencode(os.readlink(path)) + b"\0")
+        else:
+            h.update(path.read_bytes() + b"\0")
     return h.hexdigest()

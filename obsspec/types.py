@@ -18,6 +18,9 @@ TRUNCATION_MARKER = "\n[... output truncated ...]\n"
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # C0 controls other than tab and newline (binary output) become U+FFFD.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# What a terminal acts on instead of showing: those, and the C1 controls (U+0080-U+009F;
+# some terminals take U+009B as CSI and U+009D as OSC).
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,18 @@ def clean_text(text: str) -> str:
     """ANSI escapes removed, CRLF -> LF, other control characters made visible."""
     text = _ANSI.sub("", text).replace("\r\n", "\n")
     return _CONTROL.sub("\ufffd", text.replace("\r", "\n"))
+
+
+def visible_controls(text: str) -> str:
+    """text as it may reach a terminal: CR LF and a lone CR (which would let a later line
+    overwrite an earlier one) become newlines, and every other control character is shown
+    as its escape (ESC as \\x1b, BEL as \\x07). A clipboard write (OSC 52) or a title change
+    in a task's text or a verifier's output is then printed as text the user can read,
+    never run by the terminal. Shown, not removed: a task that sends escapes is odd, and the
+    user should see that it did. (The canonical observation removes them instead, with
+    clean_text: the agent and the world model want the text, not the escapes.) Idempotent."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _TERMINAL_CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
 
 
 def truncate_middle(text: str, max_chars: int) -> str:

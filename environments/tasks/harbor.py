@@ -155,7 +155,7 @@ class TaskToml(_Section):
 
 def parse_task_toml(path: Path) -> TaskToml:
     try:
-        data = tomllib.loads(read_task_text(path))
+        data = tomllib.loads(read_task_text(path, root=path.parent))
     except tomllib.TOMLDecodeError as e:
         raise TaskFormatError(path, f"not valid TOML: {e}") from e
     try:
@@ -171,7 +171,7 @@ def load_harbor(root: Path) -> Task:
     instruction_file = root / "instruction.md"
     if not instruction_file.is_file():
         raise TaskFormatError(instruction_file, "missing (the task's instruction)")
-    instruction = read_task_text(instruction_file)
+    instruction = read_task_text(instruction_file, root=root)
     env = config.environment
     context = root / "environment"
     if env.docker_image is None and not (context / "Dockerfile").is_file():

@@ -26,6 +26,7 @@ from obsspec.environments.errors import ImageBuildError, MissingImageError
 from obsspec.environments.node_lock import build_once_per_node
 from obsspec.environments.tasks.image_map import FLAG, ImageMap, base_images, rewrite
 from obsspec.environments.tasks.model import Task
+from obsspec.environments.tasks.text import read_task_text
 
 TASK_REPO = "obsspec-task"
 
@@ -80,7 +81,7 @@ class TaskImages:
         return local_image(self.client, image) is not None
 
     def _plan(self, task: Task) -> BuildPlan:
-        dockerfile = (task.build_context / task.dockerfile).read_text()
+        dockerfile = read_task_text(task.build_context / task.dockerfile, root=task.path)
         bases = {}
         for source in base_images(dockerfile):
             bases[source] = self.map.target(source, self._exists) or source

@@ -4,7 +4,14 @@ A task that does not load (a missing file, a bad field, a file that is not UTF-8
 TaskFormatError naming the file. `load_tasks_report` keeps going past broken tasks and returns
 them with their errors, so that a run can skip and report them while the others run;
 `load_tasks` stops at the first. What a loader ignored (unknown keys) is logged as a warning
-once per load and kept on the task (Task.format_warnings).
+once per load and kept on the task (Task.format_warnings), its control characters shown as
+escapes (the key names are the task author's text).
+
+A task's files are read only from inside its directory: a link in it that leads out is a
+TaskFormatError (environments.tasks.text.inside_task). A task directory that is itself a link
+is followed only where it stays inside the directory that holds it: a link in a directory of
+tasks to another task beside it is fine, one to a directory elsewhere on this machine (a
+private task) is refused, whether the directory of tasks or the link was named.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.tasks.harbor import load_harbor
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.tbv1 import load_tbv1
+from obsspec.environments.tasks.text import check_task_links, inside_task
+from obsspec.types import visible_controls
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,9 @@ def is_task_dir(path: Path) -> bool:
 
 def load_task(path: Path) -> Task:
     """One task directory, Harbor (task.toml) or Terminal-Bench v1 (task.yaml)."""
+    if path.is_symlink():
+        inside_task(path.parent, path, within=f"the directory that holds it ({path.parent})")
+    check_task_links(path)
     if (path / "task.toml").is_file():
         task = load_harbor(path)
     elif (path / "task.yaml").is_file():
@@ -34,7 +46,7 @@ def load_task(path: Path) -> Task:
     else:
         raise TaskFormatError(path, "not a task directory (no task.toml or task.yaml)")
     for warning in task.format_warnings:
-        log.warning("%s", warning)
+        log.warning("%s", visible_controls(warning))
     return task
 
 

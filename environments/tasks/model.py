@@ -63,5 +63,5 @@ class Task(StrictModel):
         # Harbor uploads the whole solution/ folder, so its other files may be used; TB v1
         # uploads solution.sh alone.
         return plan_solution_file(
-            self.solution, folder=self.format == "harbor", env=self.solution_env
+            self.solution, folder=self.format == "harbor", env=self.solution_env, root=self.path
         ).commands

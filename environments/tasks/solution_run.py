@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from obsspec.environments.errors import TaskFormatError
 from obsspec.environments.sandbox_protocol import Sandbox
 from obsspec.environments.tasks.model import Task
-from obsspec.environments.tasks.text import env_prefix
+from obsspec.environments.tasks.text import env_prefix, inside_task
 from obsspec.types import ExecResult
 
 TBV1_SOLUTION_DIR = "/oracle"
@@ -55,6 +55,7 @@ def solution_upload(task: Task) -> tuple[Path, str, str]:
     """(what to upload, the sandbox directory it goes into, the script's path in there)."""
     if task.solution is None:
         raise TaskFormatError(task.path, f"task {task.id} has no reference solution")
+    inside_task(task.path, task.solution)  # tar ships links inside as links, never followed
     if task.format == "harbor":
         folder = task.solution.parent  # solution/, uploaded whole: solve.sh may use its files
         return folder, "/", str(PurePosixPath("/", folder.name, task.solution.name))

@@ -81,10 +81,12 @@ def plan_solution(
 
 
 def plan_solution_file(
-    path: Path, *, folder: bool, env: Mapping[str, str] | None = None
+    path: Path, *, folder: bool, env: Mapping[str, str] | None = None, root: Path | None = None
 ) -> SolutionPlan:
-    """plan_solution for a solution file; with folder, the files next to it ship with it."""
-    script = read_task_text(path)
+    """plan_solution for a solution file of the task directory root (by default, the
+    directory that holds path, or its solution/ folder's); with folder, the files next to it
+    ship with it."""
+    script = read_task_text(path, root=root or (path.parent.parent if folder else path.parent))
     siblings = []
     if folder:
         siblings = [

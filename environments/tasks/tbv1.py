@@ -66,7 +66,7 @@ class TaskYaml(BaseModel):
 
 def parse_task_yaml(path: Path) -> TaskYaml:
     try:
-        data = yaml.safe_load(read_task_text(path))
+        data = yaml.safe_load(read_task_text(path, root=path.parent))
     except yaml.YAMLError as e:
         raise TaskFormatError(path, f"not valid YAML: {e}") from e
     if not isinstance(data, dict):
