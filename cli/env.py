@@ -107,15 +107,25 @@ def run(
         int | None,
         typer.Option("--pids", min=16, help="Most processes at once.", rich_help_panel="Limits"),
     ] = None,
+    storage_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--storage-mb",
+            min=1,
+            help="Disk the command may write, MiB (a quota or a watchdog, see docs/tasks.md).",
+            rich_help_panel="Limits",
+        ),
+    ] = None,
     json_output: JsonOption = False,
     config: ConfigOption = None,
     set_keys: SetOption = None,
 ) -> None:
     """Run one shell command in a fresh sandbox container and print its output.
 
-    The container has a sandbox's limits (no network; --cpus, --memory-mb and --pids default to
-    a sandbox's 1 core, 2048 MiB and 512 processes); each stream keeps its first and last
-    256 KiB. Exits with the command's exit code (124 if it timed out).
+    The container has a sandbox's limits (no network; --cpus, --memory-mb, --pids and
+    --storage-mb default to a sandbox's 1 core, 2048 MiB, 512 processes and 4096 MiB of disk);
+    each stream keeps its first and last 256 KiB. Exits with the command's exit code (124 if
+    it timed out; 1, with an error, if it was stopped for writing past its disk limit).
     """
     from obsspec.environments.docker_api import connect
     from obsspec.environments.oneshot import run_once
@@ -124,7 +134,7 @@ def run(
     settings = global_config(config, sets=config_sets(set_keys))
     image = image or settings.base_image
     shell_command = " ".join(command)
-    chosen = {"cpus": cpus, "memory_mb": memory_mb, "pids": pids}
+    chosen = {"cpus": cpus, "memory_mb": memory_mb, "pids": pids, "storage_mb": storage_mb}
     limits = SandboxLimits(**{k: v for k, v in chosen.items() if v is not None})
     client = connect()
     try:
@@ -142,6 +152,7 @@ def run(
                 "timed_out": result.timed_out,
                 "truncated": result.truncated,
                 "seconds": round(result.seconds, 3),
+                "disk_limit": result.disk_limit,
             }
         )
     else:
@@ -150,9 +161,21 @@ def run(
         err.file.write(result.stderr)
         err.file.flush()
         status = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        status = "stopped at its disk limit" if result.disk_limit else status
         status += ", output truncated" if result.truncated else ""
         err.print(f"[dim]({escape(image)}, {status}, {result.seconds:.2f} s)[/dim]", markup=True)
+    if result.disk_limit is not None:
+        stopped_for_disk(result.disk_limit, json_output)
     raise typer.Exit(result.exit_code)  # 124 when timed out
+
+
+def stopped_for_disk(why: str, json_output: bool) -> None:
+    """The command wrote past its disk limit: an error (exit 1), its output printed above."""
+    from obsspec.environments.errors import DiskLimitExceeded
+
+    if json_output:  # the object above says why; stdout holds only it
+        raise typer.Exit(1)
+    raise DiskLimitExceeded(why, hint="give it more disk with --storage-mb")
 
 
 @app.command()

@@ -128,8 +128,8 @@ def over_limit(meter: LayerMeter, limit_mb: int) -> str | None:
     if used <= limit_mb * MIB:
         return None
     return (
-        f"the sandbox wrote {used / MIB:.0f} MiB, past its disk limit of {limit_mb} MiB "
-        "(the task's `storage`, capped by the run's sandbox.max_storage_mb); it was stopped"
+        f"the sandbox wrote {used / MIB:.0f} MiB, past its disk limit of {limit_mb} MiB: "
+        "it was stopped and removed"
     )
 
 
@@ -178,7 +178,9 @@ class DiskWatch:
     def raise_if_exceeded(self) -> None:
         if self.exceeded is not None:
             raise DiskLimitExceeded(
-                self.exceeded, hint="a task that needs more says so: storage = '10G' in task.toml"
+                self.exceeded,
+                hint="a task that needs more says so in task.toml ([environment] storage = "
+                "'10G'), up to the run's sandbox.max_storage_mb",
             )
 
     async def guard(self, work: Callable[[], Awaitable[T]]) -> T:

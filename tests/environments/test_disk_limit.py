@@ -3,6 +3,8 @@ else the watchdog (environments/disk_limit.py); either way, writing past the lim
 episode and frees the disk."""
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from obsspec.inference.scripted import ScriptedEngine
 
 pytestmark = pytest.mark.docker
 SMALL = SandboxLimits(storage_mb=50)
+OBSSPEC = str(Path(sys.executable).with_name("obsspec"))
 TASK_DIR = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 
 
@@ -99,3 +102,26 @@ async def test_an_episode_past_the_disk_limit_ends_unrewarded(
     assert traj.error_type == "DiskLimitExceeded" and "50 MiB" in traj.error
     assert traj.verifier_output == "" and traj.verifier_s == 0.0  # the verifier did not run
     assert len(traj.turns) == 1
+
+
+def test_obsspec_env_run_past_the_disk_limit_is_an_error(base_image):
+    """`obsspec env run` gets the same limit (--storage-mb, default DEFAULT_STORAGE_MB): the
+    command is stopped, its output kept, and the run ends with an error that says why."""
+    start = time.monotonic()
+    run = subprocess.run(
+        [
+            OBSSPEC,
+            "env",
+            "run",
+            "--storage-mb",
+            "50",
+            "--",
+            "echo before; fallocate -l 200M /x; sleep 50",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 30
+    assert run.returncode == 1 and run.stdout == "before\n"
+    assert "past its disk limit of 50 MiB" in run.stderr and "--storage-mb" in run.stderr
