@@ -241,6 +241,7 @@ def shell(
 
 
 async def _shell(task_dir, image, solution, verify_after, timeout, settings, network) -> None:
+    from obsspec.environments.ceiling import SandboxCeiling, capped
     from obsspec.environments.gc import run_scope
     from obsspec.environments.sandbox import DockerSandbox, SandboxLimits, with_network
     from obsspec.environments.tasks import load_task
@@ -252,7 +253,11 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
             images = TaskImages(client, image_map=settings.images.map, on_log=progress_printer())
             image = await images.ensure(task)
             err.print(Text.assemble((task.id, "bold"), ": ", task.instruction.strip()))
-        limits = with_network(task.limits if task else SandboxLimits(), network)
+        limits, lowered = capped(
+            with_network(task.limits if task else SandboxLimits(), network), SandboxCeiling()
+        )
+        if lowered:
+            err.print(f"note: capped by the sandbox ceiling: {', '.join(lowered)}", markup=False)
         warn_denied_internet([task] if task and denied_internet(task.limits, network) else [])
         async with DockerSandbox(client, image, limits, run_id=run_id) as sb:
             await _session(task, sb, solution, verify_after, timeout)

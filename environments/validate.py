@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
+from obsspec.environments.ceiling import SandboxCeiling, capped
 from obsspec.environments.errors import ImageBuildError, VerifierError
 from obsspec.environments.sandbox import DockerSandbox, NetworkPolicy, with_network
 from obsspec.environments.sandbox_protocol import Sandbox
@@ -84,7 +85,9 @@ async def validate_task(
 ) -> TaskValidation:
     report = TaskValidation(task.id, str(task.metadata.get("family", "")))
     report.warnings = list(task.format_warnings)
-    task = task.model_copy(update={"limits": with_network(task.limits, network)})
+    limits, lowered = capped(with_network(task.limits, network), SandboxCeiling())
+    report.warnings += [f"capped by the sandbox ceiling: {', '.join(lowered)}"] if lowered else []
+    task = task.model_copy(update={"limits": limits})
     start = time.monotonic()
     try:
         image = await images.ensure(task)

@@ -26,6 +26,7 @@ from obsspec.config import (
     load_pipeline_config,
     move_deprecated_keys,
 )
+from obsspec.environments.ceiling import SandboxCeiling
 from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Overrides
 from obsspec.rollout.cores import PlacementMode
@@ -162,6 +163,11 @@ class TaskAccess(StrictModel):
         default=NetworkPolicy.none,
         description="Who gets a network: none, verify (only the verifier), all (the agent "
         "too); under verify, a task with allow_internet gives its agent one as well.",
+    )
+    sandbox: SandboxCeiling = Field(
+        default_factory=SandboxCeiling,
+        description="The most a task's sandbox gets, whatever its task.toml asks (cpus, "
+        "memory, pids, storage): a task asking more gets this, with a note naming it.",
     )
 
     def network_identity(self) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """The sandbox side of a rollout session: task images, and one sandbox pool per task.
 
-    images = await build_images(client, tasks, planned, strict, emit, image_map, network)
+    images = await build_images(client, tasks, planned, strict, emit, image_map, network,
+                                ceiling=ceiling)  # notes the tasks the ceiling caps
     require_images(images, planned, skipped)   # none built: NoRunnableTask
-    async with TaskPools(client, run_id, tasks, images, planned, cpuset, network) as pools:
+    async with TaskPools(client, run_id, tasks, images, planned, cpuset, network,
+                         ceiling=ceiling) as pools:
         sandbox_pool = await pools.pool(task)      # opened on first use
         await pools.finished(task.id)              # after each episode; the last closes it
 
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from obsspec.environments.ceiling import SandboxCeiling, capped, capped_note
 from obsspec.environments.errors import ImageBuildError
 from obsspec.environments.pool import SandboxPool
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet, with_network
@@ -42,13 +45,18 @@ async def build_images(
     image_map: Mapping[str, str] | None = None,
     network: NetworkPolicy = NetworkPolicy.none,
     on_log: Callable[[str], None] = lambda _: None,
+    *,
+    ceiling: SandboxCeiling | None = None,
 ) -> dict[str, str]:
     """task id -> image tag for every planned task whose image exists or builds (FROM images
     replaced as image_map says); a task whose build fails is reported as TaskSkipped with its
     planned episodes (with strict, the error is raised). Says which tasks the network policy
-    denies internet."""
+    denies internet, and which the sandbox ceiling caps (once per task)."""
     builder = TaskImages(client, image_map=image_map, on_log=on_log)
     emit(Note(f"preparing {len(planned)} task images"))
+    ceiling = ceiling or SandboxCeiling()
+    for line in capped_note(((t, tasks[t].limits) for t in planned), ceiling):
+        emit(Note(line))
     denied = [t for t in planned if denied_internet(tasks[t].limits, network)]
     if denied:
         emit(
@@ -92,7 +100,8 @@ def require_images(
 class TaskPools:
     """One sandbox pool per task image, opened on first use, closed after the task's last
     expected episode (`remaining`: task id -> episodes to come); a task with more episodes
-    to come keeps one sandbox warm."""
+    to come keeps one sandbox warm. Each task's limits are capped by `ceiling` (build_images
+    said which)."""
 
     client: Any
     run_id: str
@@ -101,6 +110,7 @@ class TaskPools:
     remaining: Counter[str]
     cpuset: str | None = None
     network: NetworkPolicy = NetworkPolicy.none
+    ceiling: SandboxCeiling = field(default_factory=SandboxCeiling)
     _pools: dict[str, SandboxPool] = field(default_factory=dict)
 
     async def __aenter__(self) -> TaskPools:
@@ -116,7 +126,7 @@ class TaskPools:
     async def pool(self, task: Task) -> SandboxPool:
         if task.id not in self._pools:
             warm = 1 if self.remaining[task.id] > 1 else 0
-            limits = with_network(task.limits, self.network)
+            limits, _ = capped(with_network(task.limits, self.network), self.ceiling)
             if self.cpuset is not None:
                 limits = limits.model_copy(update={"cpuset": self.cpuset})
             pool = SandboxPool(

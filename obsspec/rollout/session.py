@@ -148,6 +148,7 @@ class RolloutSession:
             settings.images.map,
             settings.network,
             self.on_build_log,
+            ceiling=settings.sandbox,
         )
         require_images(self.images, planned, self.skipped)  # before the engines
         self.policy = await self._open_policy()
@@ -162,6 +163,7 @@ class RolloutSession:
                 expected,
                 settings.sandbox_cpuset,
                 settings.network,
+                ceiling=settings.sandbox,
             )
         )
 
