@@ -283,8 +283,7 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
             out.print(f"$ {command}", markup=False)
         out.print(render_observation(result), markup=False)
     if task is not None and verify_after:
-        async with sb.network_for_verifier():
-            outcome = await verify(task, sb)
+        outcome = await verify(task, sb)  # the agent phase (solution, stdin) ends here
         err.print("[dim]-- verifier output --[/dim]")
         out.print(outcome.output.rstrip("\n") or "(no output)", markup=False)
         keys = "" if list(outcome.rewards) == ["reward"] else f" {dict(outcome.rewards)}"

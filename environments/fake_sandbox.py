@@ -14,7 +14,10 @@ timed out, as a real one would. `fail_on=n` makes the n-th command (0-based) rai
 SandboxError once its time is up, as a container that dies under a command does.
 
 Nothing runs: there is no shell state, uploads are only recorded, and read_file answers from
-`files`. After aclose every call is a SandboxError.
+`files` (cut to max_bytes + 1). `events` lists every sandbox call in order ("run", "fresh",
+"upload /", "end_agent_phase", "network", "network end", "read <path>"), so that tests can
+check the verifier's sequence. After end_agent_phase `run` is a SandboxError, as on a
+DockerSandbox; after aclose every call is.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from obsspec.environments.errors import SandboxError
@@ -56,6 +59,9 @@ class FakeSandbox:
         self.fresh_commands: list[str] = []  # run in a fresh shell (run_fresh)
         self.uploads: list[tuple[Path, str]] = []  # (source, dest_dir)
         self.verifier_networks = 0  # times network_for_verifier was entered
+        self.removed: list[str] = []  # the paths end_agent_phase was asked to delete
+        self.agent_phase_over = False
+        self.events: list[str] = []  # every call, in order (see the module docstring)
         self.closed = False
 
     async def __aenter__(self) -> FakeSandbox:
@@ -65,9 +71,13 @@ class FakeSandbox:
         await self.aclose()
 
     async def run(self, command: str, timeout_s: float = 60.0) -> ExecResult:
+        if self.agent_phase_over:
+            raise SandboxError("the shell is closed (the agent phase is over)")
+        self.events.append("run")
         return await self._execute(self.commands, command, timeout_s)
 
     async def run_fresh(self, command: str, timeout_s: float = 60.0) -> ExecResult:
+        self.events.append("fresh")
         return await self._execute(self.fresh_commands, command, timeout_s)
 
     async def _execute(self, log: list[str], command: str, timeout_s: float) -> ExecResult:
@@ -94,16 +104,29 @@ class FakeSandbox:
     async def upload(self, source: Path, dest_dir: str) -> None:
         self._check_open()
         self.uploads.append((source, dest_dir))
+        self.events.append(f"upload {dest_dir}")
 
-    async def read_file(self, path: str) -> bytes | None:
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
         self._check_open()
-        return self.files.get(path)
+        self.events.append(f"read {path}")
+        data = self.files.get(path)
+        return data if data is None or max_bytes is None else data[: max_bytes + 1]
+
+    async def end_agent_phase(self, remove: Sequence[str] = ()) -> None:
+        self._check_open()
+        self.events.append("end_agent_phase")
+        self.agent_phase_over = True
+        self.removed.extend(remove)
 
     @contextlib.asynccontextmanager
     async def network_for_verifier(self) -> AsyncIterator[None]:
         self._check_open()
         self.verifier_networks += 1
-        yield
+        self.events.append("network")
+        try:
+            yield
+        finally:
+            self.events.append("network end")
 
     async def aclose(self) -> None:
         self.closed = True

@@ -24,13 +24,14 @@ import os
 import socket
 import tarfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field
 
 from obsspec.config import StrictModel
+from obsspec.environments.archive_read import READ_CHUNK_BYTES, read_member
 from obsspec.environments.deterministic_shell import (
     configured_names,
     shell_environment,
@@ -295,6 +296,23 @@ class DockerSandbox:
                 f"`{' '.join(cmd)[:80]}` in the sandbox did not return within {timeout_s:g} s"
             ) from None
 
+    async def end_agent_phase(self, remove: Sequence[str] = ()) -> None:
+        """The agent phase is over: every process in the sandbox but init and its entrypoint
+        is killed, the persistent shell first (environments/containment.py; a container
+        whose processes outlive that is restarted), then the paths in `remove` are deleted,
+        so that nothing the agent started or left there meets the verifier. After it the
+        shell takes no command (`run` is a SandboxError); run_fresh and the rest still work."""
+        if self.shell is None or self.container is None:
+            raise SandboxError("the sandbox is not started (use `async with`)")
+        await self.shell.end()
+        if remove:
+            code, output = await self.exec_oneoff(["rm", "-rf", "--", *remove], timeout_s=120)
+            if code != 0:
+                raise SandboxError(
+                    f"cannot clear {' '.join(remove)} for the verifier (rm exited {code}): "
+                    f"{output.decode(errors='replace')[-300:]}"
+                )
+
     @contextlib.asynccontextmanager
     async def network_for_verifier(self) -> AsyncIterator[None]:
         """Around the verifier: under the `verify` policy the container joins Docker's default
@@ -344,23 +362,20 @@ class DockerSandbox:
         if not ok:
             raise SandboxError(f"could not copy {source} into the sandbox at {dest_dir}")
 
-    async def read_file(self, path: str) -> bytes | None:
-        """The bytes of a file in the sandbox, or None if it does not exist."""
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        """The bytes of a file in the sandbox, or None if it does not exist; with max_bytes,
+        at most max_bytes + 1 of them, read in bounded memory (environments.archive_read)."""
         import docker.errors
 
         self._check_disk()
 
         def read() -> bytes | None:
             try:
-                chunks, _ = self.container.get_archive(path)
+                chunks, _ = self.container.get_archive(path, chunk_size=READ_CHUNK_BYTES)
             except docker.errors.NotFound:
                 check_exists(self.container)  # no such file, or no container at all?
                 return None
-            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-                member = tar.next()
-                if member is None or not member.isfile():
-                    return None
-                return tar.extractfile(member).read()
+            return read_member(chunks, max_bytes)
 
         return await asyncio.to_thread(read)
 

@@ -3,11 +3,15 @@ sandbox, and what an episode asks of the place its sandbox comes from.
 
     sandbox = await provider.acquire()
     result = await sandbox.run("cd /app && make", timeout_s=60)    # the agent's shell
-    await sandbox.upload(task.tests_dir, "/")                       # after the agent phase
+    await sandbox.end_agent_phase(["/tests", "/logs/verifier"])     # its processes killed
+    await sandbox.upload(task.tests_dir, "/")                       # into a fresh /tests
     async with sandbox.network_for_verifier():
         result = await sandbox.run_fresh("bash /tests/test.sh", timeout_s=180)
-        raw = await sandbox.read_file("/logs/verifier/reward.txt")
+    raw = await sandbox.read_file("/logs/verifier/reward.txt", max_bytes=65536)
     await provider.release(sandbox)                                 # removed, never reused
+
+The verifier (environments.tasks.verifier.verify) makes exactly these calls after the agent
+phase, in this order; a sandbox of your own needs only to honour each one.
 
 Implementations: DockerSandbox and SandboxPool (environments.sandbox, environments.pool), and
 FakeSandbox and FakeSandboxPool (environments.fake_sandbox), in memory, for tests and examples.
@@ -17,6 +21,7 @@ is not part of the contract.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -44,8 +49,19 @@ class Sandbox(Protocol):
         """Copy a local file or directory tree into dest_dir (created if needed)."""
         ...
 
-    async def read_file(self, path: str) -> bytes | None:
-        """The bytes of a file in the sandbox, or None if there is no such file."""
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        """The bytes of a file in the sandbox, or None if there is no such file. With
+        max_bytes, at most max_bytes + 1 bytes (a longer result says the file is bigger than
+        the caller accepts), read without holding the whole file in memory."""
+        ...
+
+    async def end_agent_phase(self, remove: Sequence[str] = ()) -> None:
+        """The agent phase is over, for good: end every process it started (wherever it
+        went: background jobs, `nohup`, `setsid`, the persistent shell itself), then delete
+        the paths in `remove` (what the verifier is about to write or upload). Nothing the
+        agent left running may outlive this call, or it could write the reward or use the
+        verifier's network. After it, `run` may fail; run_fresh, upload, read_file and
+        network_for_verifier must work."""
         ...
 
     def network_for_verifier(self) -> AbstractAsyncContextManager[None]:

@@ -170,6 +170,18 @@ class PersistentShell:
             with contextlib.suppress(SandboxError):  # the container is gone: nothing runs
                 await self._kill_all(keep_shell=False)
 
+    async def end(self) -> int:
+        """The shell's work is over for good (the agent phase ended): kill every process the
+        commands started, wherever it went, and the shell itself, first and with SIGKILL so
+        that no trap of it runs (containment.py); if that fails, restart the container. Returns the
+        processes killed. The shell takes no more commands."""
+        async with self._lock:
+            await self._close_stream()
+            self._abandoned = False
+            killed, _ = await self._kill_all(keep_shell=False)
+            self.pid = None
+            return killed
+
     async def _run(self, command: str, timeout_s: float) -> ExecResult:
         token = secrets.token_hex(8)
         xtrace_before = self._xtrace

@@ -115,11 +115,12 @@ async def check_solution(task: Task, client, image: str, run_id: str, report: Ta
             report.solution_seconds = round(run.result.duration_s, 3)
             if not run.ok:
                 report.errors.append(run.problem())
-                report.solution_output = output_tail(run.result.stdout + run.result.stderr)
             verdict = await verdict_of(task, sandbox, expected=1.0)
     except ObsspecError as e:
         report.errors.append(f"solution run: {e}")
         return
+    if not run.ok or verdict.reward != 1.0:  # a 0 after exit 0 needs explaining most of all
+        report.solution_output = output_tail(run.result.stdout + run.result.stderr)
     report.solution_reward, report.verifier_output = verdict.reward, verdict.output
     report.solution_rewards = verdict.rewards
     if verdict.error:
@@ -150,8 +151,7 @@ class Verdict:
 
 async def verdict_of(task: Task, sandbox: Sandbox, expected: float) -> Verdict:
     try:
-        async with sandbox.network_for_verifier():
-            outcome = await verify(task, sandbox)
+        outcome = await verify(task, sandbox)  # what the solution left running is killed
     except VerifierError as e:  # e.g. a tool it needs is missing: its output says which
         return Verdict(None, output_tail(e.output), str(e))
     unexpected = outcome.reward != expected

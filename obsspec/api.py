@@ -19,7 +19,8 @@ What the caller brings, each a small protocol:
                    shell rules and repeats only
     sandboxes      a SandboxProvider: `acquire() -> Sandbox` and `release(sandbox)`; a Sandbox
                    runs commands (`run`, `run_fresh`), copies files in (`upload`), reads them
-                   back (`read_file`) and closes (`aclose`); see environments.sandbox_protocol.
+                   back (`read_file`), kills all the agent left running (`end_agent_phase`)
+                   and closes (`aclose`); see environments.sandbox_protocol.
                    Ours: DockerSandboxPool (warm Docker containers of a task's image) and
                    FakeSandboxPool (in memory)
     a task         api.load_task(dir): a Harbor or built-in task directory (instruction,

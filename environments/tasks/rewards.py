@@ -21,9 +21,11 @@ so a policy cannot earn full reward by excelling at one while failing another, a
 "solution gets 1" means every criterion passed. "mean" gives partial credit; "product" is
 "min" with graded penalties.
 
-Values must be finite numbers (JSON true/false count as 1/0); anything else, an empty object
-or a file that is not JSON is a VerifierError naming the file and the key: a broken task,
-never a zero reward.
+Values must be finite floats (JSON true/false count as 1/0): an integer too big for a float
+(400 digits), an infinity, anything not a number, an empty object or a file that is not JSON
+is a VerifierError naming the file and the key: a broken task, never a zero reward, and an
+error of that episode alone (collect records it and goes on). The verifier reads at most
+REWARD_FILE_MAX_BYTES of a reward file: a bigger one is a VerifierError too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from obsspec.environments.errors import VerifierError
 
 RewardAggregate = Literal["min", "mean", "product"]
 DEFAULT_KEY = "reward"
+REWARD_FILE_MAX_BYTES = 64 * 1024  # a few numbers; more is no reward file (and no 400 MB read)
 
 
 def parse_reward_txt(raw: bytes, where: str) -> dict[str, float]:
@@ -52,7 +55,7 @@ def parse_reward_json(raw: bytes, where: str) -> dict[str, float]:
     """reward.json: an object of one or more numeric keys."""
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested thousands deep
         raise VerifierError(f"{where} is not valid JSON ({e}): {raw[:100]!r}") from None
     if not isinstance(data, dict):
         raise VerifierError(
@@ -69,7 +72,13 @@ def number(value: object, where: str, key: str) -> float:
         return float(value)
     if not isinstance(value, int | float):
         raise VerifierError(f"{where}: key {key!r} is not a number: {json.dumps(value)[:100]}")
-    return finite(float(value), where, key)
+    try:
+        return finite(float(value), where, key)
+    except OverflowError:  # an integer of hundreds of digits: JSON has no limit, floats do
+        digits = len(str(abs(value)))
+        raise VerifierError(
+            f"{where}: key {key!r} is an integer of {digits} digits, not a finite number"
+        ) from None
 
 
 def finite(value: float, where: str, key: str) -> float:

@@ -69,9 +69,15 @@ class ContainerSandbox:
         await self._docker("exec", self.container, "mkdir", "-p", dest_dir)
         await self._docker("cp", str(source), f"{self.container}:{dest_dir}")
 
-    async def read_file(self, path: str) -> bytes | None:
-        result = await self._docker("exec", self.container, "cat", path)
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        limit = [] if max_bytes is None else ["-c", str(max_bytes + 1)]  # no 400 MB reads
+        result = await self._docker("exec", self.container, "head", *limit, "--", path)
         return result.stdout.encode() if result.exit_code == 0 else None
+
+    async def end_agent_phase(self, remove=()) -> None:
+        # kill -1: every process but PID 1 (here `sleep`, the container's own) and the caller
+        script = 'kill -KILL -1; rm -rf -- "$@"'
+        await self._docker("exec", self.container, "bash", "-c", script, "end", *remove)
 
     @contextlib.asynccontextmanager
     async def network_for_verifier(self):

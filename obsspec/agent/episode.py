@@ -136,8 +136,7 @@ async def run_episode(
     trajectory.agent_s = time.monotonic() - start - trajectory.sandbox_start_s
     try:
         if sandbox is not None and trajectory.error_kind is None:
-            async with sandbox.network_for_verifier():  # the run's --network verify
-                outcome = await verify(task, sandbox)
+            outcome = await verify(task, sandbox)  # kills what the agent left, then verifies
             trajectory.reward, trajectory.rewards = outcome.reward, outcome.rewards
             trajectory.verifier_s, trajectory.verifier_output = outcome.seconds, outcome.output
     except DiskLimitExceeded as e:  # stopped between the last command and the verifier

@@ -11,7 +11,10 @@ The contract this test holds collect to (the "What happens when..." table of doc
   runs exactly the lost episodes;
 - a shell stopped (SIGSTOP) and continued within the command timeout only delays the command;
 - a full disk is the agent's problem, not the infrastructure's: the failing command says
-  "No space left on device" and the episode is data, rewarded as the verifier says.
+  "No space left on device" and the episode is data, rewarded as the verifier says;
+- a process the agent leaves running cannot set the reward: one task's oracle only starts a
+  `nohup` loop that keeps writing reward 1 into /logs/verifier, and its episode gets 0 (the
+  faults leave that task alone, so that its reward says only this).
 
 The faults land on moments chosen to be certain (an episode's first command, `sleep 2`, or
 its verifier's `sleep 1` is running), on containers chosen by a seeded random generator; the
@@ -38,6 +41,13 @@ from tests.helpers import containers_labelled
 
 GREETING = Path(__file__).parent.parent / "fixtures" / "tasks" / "harbor-greeting"
 TASKS = [f"chaos-{i}" for i in range(8)]
+PLANTER = TASKS[-1]  # its solution leaves a loop writing reward 1 behind, and nothing else
+PLANT_REWARD = (
+    "nohup bash -c 'while :; do mkdir -p /logs/verifier; "
+    'echo "{\\"reward\\": 1.0}" > /logs/verifier/.r; '
+    "mv -f /logs/verifier/.r /logs/verifier/reward.json; sleep 0.01; done' "
+    ">/dev/null 2>&1 &\n"
+)
 FIRST_COMMAND = "sleep 2"  # the faults strike while it runs: the agent phase, for certain
 VERIFYING = "sleep 1"  # the verifier's first command: the verifier phase, for certain
 STOP_S = 3.0  # how long the shell stays stopped (well under the 60 s command timeout)
@@ -61,6 +71,9 @@ def tasks(tmp_path) -> Path:
             'echo "Hello, $(cat /srv/user.txt)!" > /dev/shm/draft.txt\n'
             "cp /dev/shm/draft.txt /root/greeting.txt\n"
         )
+    (tmp_path / "tasks" / PLANTER / "solution" / "solve.sh").write_text(
+        f"#!/bin/bash\n{PLANT_REWARD}"
+    )
     return tmp_path / "tasks"
 
 
@@ -126,7 +139,7 @@ class Chaos:
         for container in mine:
             self.runs.add(container.labels["obsspec.run"])
             task = container.attrs["Config"]["Image"].split("/")[-1].split(":")[0]
-            if container.id in hit:
+            if container.id in hit or task == PLANTER:
                 continue
             commands = {row[-1] for row in container.top()["Processes"] or []}
             for fault in self.plan:
@@ -245,7 +258,8 @@ def test_collect_under_chaos_saves_each_episode_once_or_records_it_lost(
     filled_row = by_task[filled.task]  # data, not a failure: the agent's command failed
     assert filled_row.attempts == 1 and filled_row.reward == 0.0
     assert any("No space left on device" in t["observation"] for t in filled_row.turns)
-    untouched = set(TASKS) - {f.task for f in chaos.applied.values()}
+    assert by_task[PLANTER].reward == 0.0  # the loop it left did not outlive the agent phase
+    untouched = set(TASKS) - {f.task for f in chaos.applied.values()} - {PLANTER}
     assert all(by_task[t].reward == 1.0 and by_task[t].attempts == 1 for t in untouched)
 
     # Rerunning the same command runs exactly the lost episode.
