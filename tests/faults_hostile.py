@@ -9,8 +9,88 @@ from __future__ import annotations
 
 from tests.fault_row import Fault
 
+VERIFIER_HOSTILE = "tests/environments/test_verifier_hostile.py::"
+VERIFIER_ORDER = "tests/environments/test_verifier_order.py::"
+
 HOSTILE_FAULTS: list[Fault] = [
     # --- the verifier and its rewards ---
+    Fault(
+        "the agent (or its solution, or `env shell`'s typed commands) leaves a process running "
+        "that keeps writing reward 1 into /logs/verifier (a `nohup` loop), or plants a "
+        "conftest.py in /tests that passes every test",
+        "-",
+        "nothing: the reward is the verifier's own (0 here, before 1). Before the verifier "
+        "starts every process of the agent phase is killed, its shell included, and /tests, "
+        "/logs/verifier and the TB v1 runner directory are deleted (Sandbox.end_agent_phase)",
+        "the episode's `reward`; `validate`'s `solution_reward`",
+        "the same reward",
+        (
+            VERIFIER_HOSTILE
+            + "test_a_leftover_process_that_writes_reward_1_does_not_set_the_reward",
+            VERIFIER_HOSTILE + "test_a_conftest_planted_in_tests_is_not_merged_into_the_tests",
+            VERIFIER_HOSTILE + "test_env_shell_verify_kills_what_the_typed_commands_left_running",
+            VERIFIER_ORDER + "test_the_agent_phase_ends_before_the_upload_and_the_network_after_it",
+            "tests/rollout/test_chaos.py::"
+            "test_collect_under_chaos_saves_each_episode_once_or_records_it_lost",
+        ),
+    ),
+    Fault(
+        "under `--network verify`, a background job the agent left waits for eth0 to reach "
+        "the network the verifier gets",
+        "-",
+        "nothing: the job is killed before the network is attached (only after the tests are "
+        "uploaded, for the verifier alone); it never sees eth0",
+        "-",
+        "the same",
+        (
+            VERIFIER_HOSTILE + "test_under_verify_network_a_leftover_job_never_sees_eth0",
+            VERIFIER_ORDER + "test_the_agent_phase_ends_before_the_upload_and_the_network_after_it",
+        ),
+    ),
+    Fault(
+        "a verifier writes a reward no float holds (a 400-digit integer, NaN, JSON nested "
+        "100,000 deep) or a huge reward file (a 400 MB `reward.txt`)",
+        "3 (1 if no episode is saved; `env validate`: 1)",
+        "that episode alone fails, not the run (before: `unexpected OverflowError`, exit 1): "
+        "`... /logs/verifier/reward.json: key 'reward' is an integer of 400 digits, not a "
+        "finite number` or `... reward.txt is larger than 65536 bytes: not a reward file`; "
+        "only 64 KiB of the file is read (before: 1.2 GB of memory); `env validate` keeps its "
+        "other rows",
+        "one `final` `failures.jsonl` line per episode (VerifierError, not retryable)",
+        "tries them again, once each (fix the task first)",
+        (
+            VERIFIER_HOSTILE + "test_a_400_digit_reward_is_a_verifier_error_and_collect_goes_on",
+            VERIFIER_HOSTILE + "test_validate_keeps_its_other_rows_when_a_reward_is_too_big",
+            VERIFIER_HOSTILE + "test_a_400_mb_reward_file_is_a_verifier_error_read_only_in_part",
+            VERIFIER_ORDER + "test_a_reward_file_over_the_cap_is_an_error_read_only_in_part",
+            VERIFIER_ORDER + "test_a_reward_no_float_holds_is_a_verifier_error",
+        ),
+    ),
+    Fault(
+        "a verifier could not run its tests but wrote reward 0 (Harbor's template test.sh "
+        "offline: `curl`/`uvx` missing, a host that did not resolve, pytest collected nothing)",
+        "3 (1 if no episode is saved; `env validate`: 1)",
+        "a VerifierError, not a 0: `task T: the verifier never ran its tests ('/tests/test.sh: "
+        "line 4: curl: command not found'), so its reward 0 says nothing of the agent; it ran "
+        "without a network (--network none): try --network verify`. Tests that ran and "
+        "failed, or a reward of 1 despite such a line, are believed. `validate --json` keeps "
+        "`solution_output` whenever the solution's reward is not 1",
+        "one `final` `failures.jsonl` line per episode; `validate`'s problems and "
+        "`verifier_output`",
+        "tries them again, once each (with `--network verify` if the verifier needs it)",
+        (
+            VERIFIER_HOSTILE
+            + "test_a_harbor_verifier_without_its_tools_is_an_error_naming_them_and_network",
+            VERIFIER_HOSTILE + "test_a_verifier_that_ran_its_tests_and_saw_them_fail_still_gives_0",
+            VERIFIER_HOSTILE
+            + "test_validate_keeps_the_solution_output_when_a_solution_that_exits_0_gets_0",
+            VERIFIER_ORDER
+            + "test_a_harbor_verifier_without_its_tools_is_an_error_naming_the_first",
+            VERIFIER_ORDER + "test_honest_rewards_stay_rewards",
+            VERIFIER_ORDER + "test_each_sign_of_a_runner_that_never_started_is_named",
+            VERIFIER_ORDER + "test_tbv1_without_a_pytest_summary_names_the_cause",
+        ),
+    ),
     # --- task files and terminal output ---
     # --- task image builds ---
     # --- --overwrite ---
