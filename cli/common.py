@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from obsspec.cli.terminal import TerminalConsole
 from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
 from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Key, Overrides, parse_setting
@@ -26,8 +26,9 @@ except ImportError:  # pragma: no cover
 # Tables and results go to stdout; progress, warnings and errors go to stderr, so that
 # `--json` output can be piped into other tools untouched.
 # emoji=False: a `:name:` in a task's text or a command's output is printed as typed.
-out = Console(highlight=False, soft_wrap=True, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+# TerminalConsole: their control characters are shown as escapes (cli.terminal).
+out = TerminalConsole(highlight=False, soft_wrap=True, emoji=False)
+err = TerminalConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 if not out.is_terminal:
     out.width = 120  # rich's 80-column default for pipes folds paths in tables
 

@@ -32,6 +32,7 @@ from obsspec.cli.gate_options import (
     parse_gate_flags,
 )
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet
+from obsspec.types import visible_controls
 
 
 def generate(
@@ -136,9 +137,11 @@ def load_or_report(spec: str):
 
 def show_report(report, counter: str) -> None:
     """One progress line on stderr; for a failure, its problems and output tails below it.
-    Task text goes out as rich Text (never parsed): a `[/]` in a task id prints as is."""
+    Task text goes out as rich Text (never parsed): a `[/]` in a task id prints as is. Its
+    control characters are made visible before it becomes Text (cli.terminal)."""
     mark = ("ok", "green") if report.ok else ("FAIL", "red")
-    err.print(Text.assemble(f"{counter} ", mark, f" {report.task} ({report.seconds:.1f} s)"))
+    task = visible_controls(report.task)
+    err.print(Text.assemble(f"{counter} ", mark, f" {task} ({report.seconds:.1f} s)"))
     if not report.ok:
         for line in failure_lines(report.row()):
             err.print(line, markup=False)
@@ -177,7 +180,7 @@ def render_summary(summary: dict) -> None:
         table.add_column(column)
     for row in summary["rows"]:
         table.add_row(
-            Text(row["task"]),
+            Text(visible_controls(row["task"])),  # measured as it will print
             reward_text(row["solution_reward"]),
             reward_text(row["noop_reward"]),
             f"{row['seconds']:.1f}",
@@ -193,7 +196,7 @@ def render_summary(summary: dict) -> None:
     )
     for row in summary["rows"]:
         if row["problems"]:
-            out.print(Text(f"{row['task']}:", style="red"))
+            out.print(Text(f"{visible_controls(row['task'])}:", style="red"))
             for line in failure_lines(row):
                 out.print(line, markup=False)
 
@@ -252,7 +255,8 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
         if task is not None:
             images = TaskImages(client, image_map=settings.images.map, on_log=progress_printer())
             image = await images.ensure(task)
-            err.print(Text.assemble((task.id, "bold"), ": ", task.instruction.strip()))
+            instruction = visible_controls(task.instruction.strip())
+            err.print(Text.assemble((visible_controls(task.id), "bold"), ": ", instruction))
         limits, lowered = capped(
             with_network(task.limits if task else SandboxLimits(), network), SandboxCeiling()
         )
