@@ -104,8 +104,8 @@ HOSTILE_FAULTS: list[Fault] = [
         "then `error: the sandbox wrote 10240 MiB, past its disk limit of 50 MiB: it was "
         "stopped and removed` (without a storage quota, a watchdog: the disk can fill for up "
         "to about a second first, docs/tasks.md)",
-        "the row's `finish_reason`, `error_type` DiskLimitExceeded, `error`; the run's "
-        "`finish_reasons` count",
+        "the row's `finish_reason`, `error_type` DiskLimitExceeded, `error`; `finish_reasons` "
+        "in `collect --json`",
         "nothing to redo: a policy outcome, kept as data, not retried",
         (
             "tests/environments/test_disk_limit.py::"
