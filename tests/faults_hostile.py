@@ -11,6 +11,8 @@ from tests.fault_row import Fault
 
 VERIFIER_HOSTILE = "tests/environments/test_verifier_hostile.py::"
 VERIFIER_ORDER = "tests/environments/test_verifier_order.py::"
+TASK_LINKS = "tests/environments/test_task_links.py::"
+TERMINAL = "tests/cli/test_terminal_output.py::"
 
 HOSTILE_FAULTS: list[Fault] = [
     # --- the verifier and its rewards ---
@@ -92,6 +94,44 @@ HOSTILE_FAULTS: list[Fault] = [
         ),
     ),
     # --- task files and terminal output ---
+    Fault(
+        "a task's file is a link out of the task (instruction.md -> ../secret.txt, a tests/ "
+        "or build-context file, solve.sh, task.toml), or an entry of a directory of tasks "
+        "links to a task elsewhere on the machine",
+        "`collect`: 3 (1 if no episode is saved); `env validate`: 1; `env shell`: 1",
+        "that task alone is skipped, the others run (before: the linked file was read: "
+        "`env shell` printed it, `collect` tokenized it into the dataset): `<task>/"
+        "instruction.md: leads outside task <task> (a link: instruction.md -> "
+        "../secret.txt); a task's files are read only from inside its directory`; links "
+        "that stay inside the task are fine",
+        "`collect`: a `task_skipped` line in `failures.jsonl` (the link as written, never "
+        "the file), the summary's `skipped_tasks`; `env validate`: the task's row",
+        "the same, until the file is copied into the task",
+        (
+            TASK_LINKS + "test_a_link_out_of_the_task_is_refused_naming_the_task_and_the_file",
+            TASK_LINKS + "test_a_broken_run_skips_the_linked_task_and_loads_the_others",
+            TASK_LINKS
+            + "test_a_task_directory_linked_from_outside_its_directory_of_tasks_is_refused",
+            TASK_LINKS + "test_a_loaded_task_whose_solution_became_a_link_out_is_refused_when_read",
+            TASK_LINKS + "test_tree_hash_never_reads_through_a_link_out_of_the_tree",
+        ),
+    ),
+    Fault(
+        "a task's instruction or task.toml, its solution's or verifier's output, or its image "
+        "build log holds terminal escapes (an OSC 52 clipboard write, a title change, C1 "
+        "controls) or rich markup (`[link=...]`)",
+        "-",
+        "they are printed as text: `Greet.\\x1b]52;c;ZWNo...\\x07` (before: the escapes "
+        "reached the terminal from `env shell`, `env shell --verify` and `env validate`); "
+        "markup is printed as typed; `--json` keeps the text, JSON-escaped",
+        "-",
+        "the same",
+        (
+            TERMINAL + "test_the_consoles_show_control_characters_as_escapes",
+            TERMINAL + "test_env_shell_prints_no_control_sequence_from_the_task",
+            TERMINAL + "test_env_validate_prints_no_control_sequence_from_the_verifier",
+        ),
+    ),
     # --- task image builds ---
     # --- --overwrite ---
     # --- disk and memory limits ---
