@@ -204,6 +204,24 @@ class DiskWatch:
         return result
 
 
+class NoWatch:
+    """Where the storage driver enforces the quota itself: nothing to watch."""
+
+    exceeded = None
+
+    async def guard(self, work: Callable[[], Awaitable[T]]) -> T:
+        return await work()
+
+    def raise_if_exceeded(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+NO_WATCH = NoWatch()
+
+
 class ThreadWatch:
     """The watchdog for a blocking caller (`env run`): a thread measures every POLL_S (or
     less often, see next_poll_s) and calls stop once past the limit; `check` measures now."""

@@ -39,8 +39,10 @@ from obsspec.environments.deterministic_shell import (
 )
 from obsspec.environments.disk_limit import (
     DEFAULT_STORAGE_MB,
+    NO_WATCH,
     DiskWatch,
     LayerMeter,
+    NoWatch,
     create_limited,
 )
 from obsspec.environments.errors import SandboxError
@@ -173,7 +175,7 @@ class DockerSandbox:
         self.shell: PersistentShell | None = None
         self.start_seconds = 0.0
         self.disk_quota = False  # the storage driver enforces limits.disk_mb itself
-        self.disk_watch: DiskWatch | None = None  # else this does (environments/disk_limit.py)
+        self.disk_watch: DiskWatch | NoWatch = NO_WATCH  # else this (environments/disk_limit.py)
 
     async def __aenter__(self) -> DockerSandbox:
         await self.start()
@@ -254,30 +256,20 @@ class DockerSandbox:
         if self.container is not None:
             await asyncio.to_thread(remove_container, self.container)
 
-    async def _guarded(self, work):
-        """work() under the disk watchdog (DiskLimitExceeded past the limit)."""
-        if self.disk_watch is None:
-            return await work()
-        return await self.disk_watch.guard(work)
-
-    def _check_disk(self) -> None:
-        if self.disk_watch is not None:
-            self.disk_watch.raise_if_exceeded()
-
     async def run(self, command: str, timeout_s: float = 60.0) -> ExecResult:
         if self.shell is None:
             raise SandboxError("the sandbox is not started (use `async with`)")
-        return await self._guarded(lambda: self.shell.run(command, timeout_s))
+        return await self.disk_watch.guard(lambda: self.shell.run(command, timeout_s))
 
     async def run_fresh(self, command: str, timeout_s: float = 60.0) -> ExecResult:
         """Run in a new shell of the sandbox: none of the persistent shell's state applies."""
         if self.container is None:
             raise SandboxError("the sandbox is not started (use `async with`)")
-        self._check_disk()
+        self.disk_watch.raise_if_exceeded()
         shell = PersistentShell(self.client, self.container.id, self.shell_settings)
         await shell.start()
         try:
-            return await self._guarded(lambda: shell.run(command, timeout_s))
+            return await self.disk_watch.guard(lambda: shell.run(command, timeout_s))
         finally:
             await shell.close()
 
@@ -288,7 +280,7 @@ class DockerSandbox:
         TimeoutError that would end the whole run."""
         if self.shell is None:
             raise SandboxError("the sandbox is not started")
-        self._check_disk()  # stopped for its disk: that, not a vanished container, is why
+        self.disk_watch.raise_if_exceeded()  # stopped for its disk: that is why it is gone
         try:
             return await self.shell.exec_oneoff(cmd, timeout_s)
         except TimeoutError:
@@ -367,7 +359,7 @@ class DockerSandbox:
         at most max_bytes + 1 of them, read in bounded memory (environments.archive_read)."""
         import docker.errors
 
-        self._check_disk()
+        self.disk_watch.raise_if_exceeded()
 
         def read() -> bytes | None:
             try:
@@ -381,8 +373,7 @@ class DockerSandbox:
 
     async def aclose(self) -> None:
         """Remove the container (and its anonymous volumes); safe to call twice."""
-        if self.disk_watch is not None:
-            await self.disk_watch.close()
+        await self.disk_watch.close()
         if self.shell is not None:
             await self.shell.close()
             self.shell = None
