@@ -36,9 +36,11 @@ already ran in the same state, and its gate learns where speculation pays.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
+from obsspec.environments.ceiling import SandboxCeiling, capped
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
 from obsspec.environments.sandbox import SandboxLimits
@@ -71,6 +73,7 @@ __all__ = [
     "OpenAIEngine",
     "Sampling",
     "Sandbox",
+    "SandboxCeiling",
     "SandboxError",
     "SandboxLimits",
     "SandboxProvider",
@@ -193,12 +196,14 @@ async def docker_sandboxes(
     size: int = 1,
     image_map: Mapping[str, str] | None = None,
     cpuset: str | None = None,
+    ceiling: SandboxCeiling | None = None,
 ) -> AsyncIterator[SandboxProvider]:
     """A warm pool of Docker sandboxes of `task`'s image (built if needed, cached by the task's
     content; `image_map` builds on local images where its Dockerfile says FROM a registry
     image: {"python:3.13-slim": "obsspec/base"}); every container it started is removed
     however the block ends (cpuset: the cores they run on, e.g. `placement().sandboxes`;
-    default: any):
+    default: any). The task's limits are capped by `ceiling` (default: SandboxCeiling()'s),
+    with a warning naming what was lowered:
 
         async with api.docker_sandboxes(task, size=4) as sandboxes:
             trajectories = await asyncio.gather(*(speculator.play(task, sandboxes, engine,
@@ -209,9 +214,12 @@ async def docker_sandboxes(
 
     with run_scope("api") as (client, run_id):
         image = await task_image(task, image_map=image_map)
-        limits = (
-            task.limits if cpuset is None else task.limits.model_copy(update={"cpuset": cpuset})
-        )
+        limits, lowered = capped(task.limits, ceiling or SandboxCeiling())
+        if lowered:
+            message = f"task {task.id} asks more than the sandbox ceiling and gets it: "
+            warnings.warn(message + ", ".join(lowered), stacklevel=2)
+        if cpuset is not None:
+            limits = limits.model_copy(update={"cpuset": cpuset})
         async with SandboxPool(client, image, limits, size=size, run_id=run_id) as pool:
             yield pool
 

@@ -96,3 +96,19 @@ async def test_env_validate_caps_and_reports_it(tmp_path, docker_client, base_im
     )
     assert report.ok, report.errors
     assert report.warnings == ["capped by the sandbox ceiling: memory 524288 MiB -> 8192 MiB"]
+
+
+@pytest.mark.docker
+async def test_the_api_caps_with_a_warning(tmp_path, docker_client, base_image):
+    from obsspec import api
+
+    task_dir = tmp_path / "greedy"
+    shutil.copytree(TASK_DIR, task_dir)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace("memory_mb = 1024", 'memory = "512G"'))
+    with pytest.warns(UserWarning, match="memory 524288 MiB -> 8192 MiB"):
+        async with api.docker_sandboxes(api.load_task(task_dir)) as sandboxes:
+            sandbox = await sandboxes.acquire()
+            host = docker_client.api.inspect_container(sandbox.id)["HostConfig"]
+            assert host["Memory"] == 8192 * 1024 * 1024
+            await sandboxes.release(sandbox)
