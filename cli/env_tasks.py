@@ -244,7 +244,7 @@ def shell(
 
 
 async def _shell(task_dir, image, solution, verify_after, timeout, settings, network) -> None:
-    from obsspec.environments.ceiling import SandboxCeiling, capped
+    from obsspec.environments.ceiling import SandboxCeiling, capped, within_machine
     from obsspec.environments.gc import run_scope
     from obsspec.environments.sandbox import DockerSandbox, SandboxLimits, with_network
     from obsspec.environments.tasks import load_task
@@ -258,7 +258,8 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
             instruction = visible_controls(task.instruction.strip())
             err.print(Text.assemble((visible_controls(task.id), "bold"), ": ", instruction))
         limits, lowered = capped(
-            with_network(task.limits if task else SandboxLimits(), network), SandboxCeiling()
+            with_network(task.limits if task else SandboxLimits(), network),
+            within_machine(SandboxCeiling(), client),
         )
         if lowered:
             err.print(f"note: capped by the sandbox ceiling: {', '.join(lowered)}", markup=False)

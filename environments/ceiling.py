@@ -2,9 +2,10 @@
 
 A task's files name its cpus, memory and disk (Harbor's [environment] cpus, memory, storage);
 a careless or hostile one could ask for `memory = "512G"` and take the host. The user's
-ceiling (the `sandbox` table of [collect], [rl] and [profile]) caps each: a task that asks
-more gets the ceiling, and the run says so once per task (a note naming the task, what it
-asked and what it got: `capped_note`), never silently.
+ceiling (the `sandbox` table of [collect], [rl] and [profile]; its cpus no more than the
+daemon's machine has: within_machine) caps each: a task that asks more gets the ceiling, and
+the run says so once per task (a note naming the task, what it asked and what it got:
+`capped_note`), never silently.
 
     limits, lowered = capped(task.limits, ceiling)   # lowered: ["memory 524288 MiB -> 8192 MiB"]
 """
@@ -57,6 +58,15 @@ def capped(limits: SandboxLimits, ceiling: SandboxCeiling) -> tuple[SandboxLimit
             update[name] = top
             lowered.append(f"{label} {number(asked)}{unit} -> {number(top)}{unit}")
     return limits.model_copy(update=update), lowered
+
+
+def within_machine(ceiling: SandboxCeiling, client) -> SandboxCeiling:
+    """The ceiling with max_cpus no more than the Docker daemon's machine has: Docker refuses
+    to start a container with a larger quota ("Range of CPUs is from 0.01 to 2.00")."""
+    cores = client.info().get("NCPU") or 0
+    if 0 < cores < ceiling.max_cpus:
+        return ceiling.model_copy(update={"max_cpus": float(cores)})
+    return ceiling
 
 
 def number(value: float) -> str:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from obsspec.environments.ceiling import SandboxCeiling, capped
+from obsspec.environments.ceiling import SandboxCeiling, capped, within_machine
 from obsspec.environments.errors import ImageBuildError, VerifierError
 from obsspec.environments.sandbox import DockerSandbox, NetworkPolicy, with_network
 from obsspec.environments.sandbox_protocol import Sandbox
@@ -85,7 +85,8 @@ async def validate_task(
 ) -> TaskValidation:
     report = TaskValidation(task.id, str(task.metadata.get("family", "")))
     report.warnings = list(task.format_warnings)
-    limits, lowered = capped(with_network(task.limits, network), SandboxCeiling())
+    ceiling = await asyncio.to_thread(within_machine, SandboxCeiling(), client)
+    limits, lowered = capped(with_network(task.limits, network), ceiling)
     report.warnings += [f"capped by the sandbox ceiling: {', '.join(lowered)}"] if lowered else []
     task = task.model_copy(update={"limits": limits})
     start = time.monotonic()

@@ -40,7 +40,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
-from obsspec.environments.ceiling import SandboxCeiling, capped
+from obsspec.environments.ceiling import SandboxCeiling, capped, within_machine
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
 from obsspec.environments.sandbox import SandboxLimits
@@ -214,7 +214,8 @@ async def docker_sandboxes(
 
     with run_scope("api") as (client, run_id):
         image = await task_image(task, image_map=image_map)
-        limits, lowered = capped(task.limits, ceiling or SandboxCeiling())
+        ceiling = within_machine(ceiling or SandboxCeiling(), client)
+        limits, lowered = capped(task.limits, ceiling)
         if lowered:
             message = f"task {task.id} asks more than the sandbox ceiling and gets it: "
             warnings.warn(message + ", ".join(lowered), stacklevel=2)

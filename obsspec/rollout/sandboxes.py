@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from obsspec.environments.ceiling import SandboxCeiling, capped, capped_note
+from obsspec.environments.ceiling import SandboxCeiling, capped, capped_note, within_machine
 from obsspec.environments.errors import ImageBuildError
 from obsspec.environments.pool import SandboxPool
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet, with_network
@@ -54,7 +54,7 @@ async def build_images(
     denies internet, and which the sandbox ceiling caps (once per task)."""
     builder = TaskImages(client, image_map=image_map, on_log=on_log)
     emit(Note(f"preparing {len(planned)} task images"))
-    ceiling = ceiling or SandboxCeiling()
+    ceiling = within_machine(ceiling or SandboxCeiling(), client)
     for line in capped_note(((t, tasks[t].limits) for t in planned), ceiling):
         emit(Note(line))
     denied = [t for t in planned if denied_internet(tasks[t].limits, network)]
@@ -114,6 +114,7 @@ class TaskPools:
     _pools: dict[str, SandboxPool] = field(default_factory=dict)
 
     async def __aenter__(self) -> TaskPools:
+        self.ceiling = await asyncio.to_thread(within_machine, self.ceiling, self.client)
         return self
 
     async def __aexit__(self, *exc) -> None:

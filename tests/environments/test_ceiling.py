@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from obsspec.environments.ceiling import SandboxCeiling, capped, capped_note
+from obsspec.environments.ceiling import SandboxCeiling, capped, capped_note, within_machine
 from obsspec.environments.disk_limit import DEFAULT_STORAGE_MB
 from obsspec.environments.sandbox import SandboxLimits
 from obsspec.environments.tasks import load_task
@@ -112,3 +112,41 @@ async def test_the_api_caps_with_a_warning(tmp_path, docker_client, base_image):
             host = docker_client.api.inspect_container(sandbox.id)["HostConfig"]
             assert host["Memory"] == 8192 * 1024 * 1024
             await sandboxes.release(sandbox)
+
+
+class FakeDaemon:
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+
+    def info(self) -> dict:
+        return {"NCPU": self.cores}
+
+
+def test_the_cpus_ceiling_is_no_more_than_the_machine_has():
+    assert within_machine(SandboxCeiling(), FakeDaemon(2)).max_cpus == 2
+    assert within_machine(SandboxCeiling(), FakeDaemon(64)).max_cpus == 4
+
+
+@pytest.mark.docker
+async def test_a_task_asking_more_cpus_than_the_machine_has_still_starts(
+    tmp_path, docker_client, base_image, run_id
+):
+    """Docker refuses a cpu quota past the machine's cores ("Range of CPUs is from 0.01 to
+    2.00"): the task gets the machine's cores, with the note, instead of failing every try."""
+    cores = docker_client.info()["NCPU"]
+    task_dir = tmp_path / "wide"
+    shutil.copytree(TASK_DIR, task_dir)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace("cpus = 1", f"cpus = {cores + 1}"))
+    task = load_task(task_dir)
+    tasks, planned = {task.id: task}, Counter({task.id: 1})
+    ceiling = SandboxCeiling(max_cpus=cores + 8)
+    events = []
+    images = await build_images(docker_client, tasks, planned, True, events.append, ceiling=ceiling)
+    assert any(f"cpus {cores + 1} -> {cores}" in getattr(e, "message", "") for e in events)
+    async with TaskPools(docker_client, run_id, tasks, images, planned, ceiling=ceiling) as pools:
+        pool = await pools.pool(task)
+        sandbox = await pool.acquire()
+        host = docker_client.api.inspect_container(sandbox.id)["HostConfig"]
+        assert host["NanoCpus"] == cores * 10**9
+        await pool.release(sandbox)
