@@ -117,7 +117,7 @@ def export(
         min_reward=min_reward,
         skip_unverified=skip_unverified,
     )
-    preflight(run, out_file, overwrite=overwrite)
+    preflight(run, out_file, overwrite=overwrite, tasks=tasks)
     check_push(push_to_hub)  # an unreachable hub fails before anything is written
     models_dir = global_config(None, cache_dir).paths.models_dir
     manifest = read_run_manifest(run, flag=RUN)

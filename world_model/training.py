@@ -87,6 +87,8 @@ def train_world_model(
         config.out,
         overwrite=config.overwrite,
         resume=config.resume,
+        command="train-wm",
+        inputs={"--data": config.data, "--eval-data": config.eval_data, "--base": base},
         base=base,
         sequences=packed.sequences,
         settings=config.train,

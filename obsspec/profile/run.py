@@ -58,6 +58,7 @@ from obsspec.rollout.plan import WorkItem, load_task_set, plan_items
 from obsspec.rollout.policy import policy_model
 from obsspec.rollout.session import NoRunnableTask, RolloutSession
 from obsspec.rollout.speculation import check_world_model
+from obsspec.rundirs import Inputs, check_replaceable, is_empty, mark
 from obsspec.runs import DATA_DIR
 
 REPORT = "report.json"
@@ -112,14 +113,15 @@ async def profile(
     """The report; engine and wm_engine: engines the caller owns (tests share one), handed
     to the session."""
     settings = config.session_settings()
-    policy_model(settings, models_dir)
+    policy = policy_model(settings, models_dir)
     check_world_model(settings, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=False)
     for path, reason in broken.items():
         emit(TaskSkipped(path, reason))
     if not tasks:
         raise ConfigError(f"--tasks {config.tasks}: no task loads ({len(broken)} broken)")
-    prepare_out(config)
+    wm = settings.speculation.world_model  # a name or a directory
+    prepare_out(config, {"--tasks": config.tasks, "--policy": policy, "--world-model": wm})
     items = plan_items(tasks, config.episodes_per_task, config.seed, set())
     levels = config.concurrency
     session = RolloutSession(
@@ -261,23 +263,22 @@ def write_report(out: Path, episodes: list[ArmEpisodes], report: dict) -> None:
     write_html(out, report, plots)
 
 
-def prepare_out(config: ProfileConfig) -> None:
+def prepare_out(config: ProfileConfig, inputs: Inputs | None = None) -> None:
     """A new --out, or (with overwrite) an earlier profile's, emptied. Anything else is
-    refused: overwrite never deletes a directory that is not a profile."""
+    refused: overwrite never deletes a directory that is not a profile, nor one that is,
+    holds or lies inside an input (`inputs`: flag -> paths; obsspec.rundirs)."""
     out = config.out
     if out is None:
         return
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and not (out.is_dir() and is_empty(out)):
         if not config.overwrite:
             raise ConfigError(
                 f"--out {out} exists; choose another directory, or --overwrite to replace it"
             )
-        if not (out / REPORT).exists() and not (out / "arms").is_dir():
-            raise ConfigError(
-                f"--out {out} holds files that are not a profile's; not deleting them"
-            )
+        check_replaceable(out, "profile", inputs)  # before anything is deleted
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    mark(out, "profile")
 
 
 def arm_writers(arms: Path | None) -> dict[str, ShardWriter]:

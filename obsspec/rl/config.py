@@ -23,6 +23,7 @@ still load, with a warning naming their place under [rl.speculation].
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -31,6 +32,7 @@ from pydantic import Field, model_validator
 from obsspec.agent.episode import EpisodeLimits
 from obsspec.config import DEFAULT_MODEL, StrictModel
 from obsspec.rollout.config import RolloutSettings, SpeculationConfig, load_rollout_config
+from obsspec.rundirs import task_set_digest
 from obsspec.speculation.gate import GateSettings
 from obsspec.tracking import WandbSettings
 from obsspec.world_model.config import CotrainSettings
@@ -330,10 +332,12 @@ class RLConfig(RolloutSettings):
         rollout says whether to use it), with the world model resolved."""
         return self.with_speculation(enabled=True, world_model=self.world_model)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, task_set: Mapping[str, str] | None = None) -> dict[str, Any]:
         """What decides what is learned: a resumed run must have the same. Speculation,
         placement and bookkeeping are not part of it (they change speed, not data); the
-        world model is, as asked for (None: the policy's)."""
+        world model is, as asked for (None: the policy's), and so are the tasks under
+        --tasks (task_set: id -> content hash; its digest)."""
+        task_digest = {} if task_set is None else {"task_set": task_set_digest(task_set)}
         return {
             "tasks": os.path.abspath(self.tasks),
             "policy": self.policy,
@@ -346,6 +350,7 @@ class RLConfig(RolloutSettings):
                 mode="json", exclude={"activation_checkpointing"}
             ),
             **self.network_identity(),
+            **task_digest,
         }
 
 

@@ -75,10 +75,13 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
         on_event(Note(f"skipped task {path}: {reason}"))
     if not tasks:
         raise ConfigError(f"--tasks {config.tasks}: no task loads")
+    task_set = {task.id: task.content_hash for task in tasks}
+    inputs = {"--tasks": config.tasks, "--policy": bases[0], "--world-model": bases[1]}
     run = RLRunDir(config.out)
-    replacing = run.check(resume=config.resume, overwrite=config.overwrite)
-    done, checkpoint = run.resume_point(config.identity()) if config.resume else (0, None)
-    state = Loop(config, run, on_event, done, checkpoint)
+    replacing = run.check(resume=config.resume, overwrite=config.overwrite, inputs=inputs)
+    identity = config.identity(task_set)  # other tasks under --tasks: another run
+    done, checkpoint = run.resume_point(identity, task_set) if config.resume else (0, None)
+    state = Loop(config, run, on_event, done, checkpoint, task_set)
     if done >= config.steps:
         on_event(Note(f"all {config.steps} steps of {config.out} are done; nothing to run"))
         return state.summary()
@@ -86,7 +89,7 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
         with run.locked():  # Ray is up with the GPUs asked for: the run is accepted
             if replacing:
                 on_event(Note(replacing))
-            run.prepare(resume=config.resume, overwrite=config.overwrite)
+            run.prepare(resume=config.resume, overwrite=config.overwrite, inputs=inputs)
             run.keep_steps_through(done)
             state.begin(len(tasks))
             try:
@@ -126,8 +129,12 @@ async def ray_session(config: RLConfig):
 class Loop:
     """The step loop's state: where it is, what it has written."""
 
-    def __init__(self, config: RLConfig, run: RLRunDir, on_event: OnEvent, done, checkpoint):
+    def __init__(
+        self, config: RLConfig, run: RLRunDir, on_event: OnEvent, done, checkpoint, task_set
+    ):
         self.config = config
+        self.task_set = task_set  # task id -> content hash, of the tasks that loaded
+        self.identity = config.identity(task_set)
         self.run_dir = run
         self.on_event = on_event
         self.done = done  # steps finished (and recorded)
@@ -146,7 +153,8 @@ class Loop:
             "created_at": now(),
             "run_id": f"rl-{uuid.uuid4().hex[:8]}",  # names the run in its episodes' rows
             **(self.run_dir.read_manifest() if config.resume else {}),
-            "identity": config.identity(),
+            "identity": self.identity,
+            "tasks": self.task_set,
             "config": config.model_dump(mode="json"),
             "status": "running",
             "steps_done": self.done,
@@ -320,7 +328,7 @@ class Loop:
         await self.call(ray, asyncio.gather(*saves), "a trainer")
         state = {
             "step": self.step,
-            "identity": self.config.identity(),
+            "identity": self.identity,
             "data_cursor": self.step * self.config.grpo.tasks_per_step,
             "weight_version": self.version,
             "saved_at": now(),

@@ -40,6 +40,7 @@ from obsspec.config import first_difference
 from obsspec.errors import ConfigError
 from obsspec.rollout.dataset import SCHEMA, remove_partial_shards, write_atomically
 from obsspec.rollout.rundir import LOCK, locked, now
+from obsspec.rundirs import Inputs, check_replaceable, is_empty, mark, task_set_change
 from obsspec.runs import RL_MANIFEST, read_json_object
 from obsspec.train.checkpoint import Checkpoints
 
@@ -93,19 +94,22 @@ class RLRunDir:
         self.sync = root / "sync"
         self.data = root / "data"
 
-    def check(self, *, resume: bool, overwrite: bool) -> str | None:
-        """Refuse, touching nothing, an OUT this run may not use; a note when the run will
-        replace one that finished no step."""
+    def check(self, *, resume: bool, overwrite: bool, inputs: Inputs | None = None) -> str | None:
+        """Refuse, touching nothing, an OUT this run may not use (what it replaces must be an
+        rl run apart from its `inputs`: obsspec.rundirs); a note when the run will replace
+        one that finished no step."""
         root = self.root
         if root.exists() and not root.is_dir():
             raise ConfigError(f"--out {root} is a file, not a directory")
         if resume and not (root / MANIFEST).is_file():
             raise ConfigError(f"--resume: {root} holds no rl run to resume")
-        if resume or overwrite or not root.exists():
+        if resume or not root.exists() or is_empty(root):
             return None
-        if not [p for p in root.iterdir() if p.name != LOCK]:
+        if overwrite:
+            check_replaceable(root, "rl", inputs)
             return None
         if self.finished_no_step():
+            check_replaceable(root, "rl", inputs)
             return f"replacing the rl run in {root}: it finished no step"
         raise ConfigError(
             f"--out {root} is not empty; use --resume to continue its run, --overwrite "
@@ -124,10 +128,10 @@ class RLRunDir:
         """Exclusive use of OUT by this process (it makes OUT)."""
         return locked(self.root, "rl")
 
-    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+    def prepare(self, *, resume: bool, overwrite: bool, inputs: Inputs | None = None) -> None:
         """With the lock held: check again, then clear OUT for a new run (overwrite, or one
         that finished no step) or tidy it for a resumed one."""
-        replacing = self.check(resume=resume, overwrite=overwrite) is not None
+        replacing = self.check(resume=resume, overwrite=overwrite, inputs=inputs) is not None
         self.root.mkdir(parents=True, exist_ok=True)
         if overwrite or replacing:
             for entry in self.root.iterdir():
@@ -137,6 +141,7 @@ class RLRunDir:
                     shutil.rmtree(entry)
                 else:
                     entry.unlink()
+        mark(self.root, "rl")
         Checkpoints(self.checkpoints, keep=1).remove_partial()
         if self.data.is_dir():
             remove_partial_shards(self.data)
@@ -149,17 +154,26 @@ class RLRunDir:
         write_json(self.root / MANIFEST, {**manifest, "updated_at": now()})
 
     # checkpoints
-    def resume_point(self, identity: dict) -> tuple[int, Path | None]:
-        """(steps done, checkpoint) to continue from; (0, None) when none was saved yet."""
+    def resume_point(
+        self, identity: dict, task_set: dict[str, str] | None = None
+    ) -> tuple[int, Path | None]:
+        """(steps done, checkpoint) to continue from; (0, None) when none was saved yet.
+        task_set (id -> content hash, whose digest is in identity) names what changed."""
         latest = Checkpoints(self.checkpoints, keep=1).latest()
         if latest is None:
             return 0, None
         state = read_json_object(latest / DRIVER_STATE, flag="--resume")
-        if state.get("identity") != identity:
+        recorded = state.get("identity") or {}
+        if "task_set" not in recorded:  # saved before the task set was recorded
+            identity = {k: v for k, v in identity.items() if k != "task_set"}
+        if recorded != identity:
+            if {**recorded, "task_set": None} == {**identity, "task_set": None}:
+                why = task_set_change(self.read_manifest().get("tasks"), task_set or {})
+            else:
+                why = first_difference(recorded, identity)
             raise ConfigError(
-                f"--resume: {latest} belongs to a run with other settings "
-                f"({first_difference(state.get('identity') or {}, identity)}); resume with "
-                "the same ones, or start a new --out"
+                f"--resume: {latest} belongs to a run with other settings ({why}); resume "
+                "with the same ones, or start a new --out"
             )
         return int(state["step"]), latest
 

@@ -64,15 +64,17 @@ async def collect(
         from obsspec.rollout.ray_workers import check_answers
 
         check_answers(config.ray_address)  # no cluster there: fail before anything is made
+    task_set = {task.id: task.content_hash for task in tasks}
+    identity = config.identity(task_set)
+    inputs = {"--tasks": config.tasks, "--policy": config.policy}
     rundir = RunDir(config.out)
-    verdict = rundir.check(config.identity(), overwrite=config.overwrite)
+    verdict = rundir.check(identity, overwrite=config.overwrite, tasks=task_set, inputs=inputs)
     if verdict.resumes:
         check_unchanged(tasks, completed_episodes(rundir.data))
     rundir.preflight(config.min_free_mb)
     with rundir.locked():
-        manifest = rundir.claim(config.identity(), overwrite=config.overwrite) or {
+        manifest = rundir.claim(identity, overwrite=config.overwrite, inputs=inputs) or {
             "run_id": f"collect-{uuid.uuid4().hex[:8]}",
-            "identity": config.identity(),
             "created_at": now(),
         }
         rundir.clean_partial()
@@ -85,8 +87,9 @@ async def collect(
             total=total, already_done=len(tasks) * config.episodes_per_task - len(items)
         )
         manifest.update(
+            identity=identity,  # a resumed run's identity as written now (with its task set)
             config=config.model_dump(mode="json"),
-            tasks={task.id: task.content_hash for task in tasks},
+            tasks=task_set,
             episodes_total=total,
             status="running",
         )

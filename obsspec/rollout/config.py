@@ -11,6 +11,7 @@ CollectConfig      defaults < the `[collect]` table of --config < flags.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -30,6 +31,7 @@ from obsspec.environments.ceiling import SandboxCeiling
 from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.overrides import Overrides
 from obsspec.rollout.cores import PlacementMode
+from obsspec.rundirs import task_set_digest
 from obsspec.speculation.settings import SpeculationSettings
 from obsspec.types import longest_observation_chars
 
@@ -328,10 +330,12 @@ class CollectConfig(RolloutSettings):
             raise ValueError("ray_address needs workers >= 1")
         return self
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, task_set: Mapping[str, str] | None = None) -> dict[str, Any]:
         """What decides the data: two invocations with the same identity extend one run.
         Speculation is not part of it: it changes how fast episodes come, not what they are.
-        The network does (see `network_identity`)."""
+        The network does (see `network_identity`), and so do the tasks under --tasks:
+        task_set (id -> content hash of those that load) adds its digest, so that tasks
+        added, removed or edited under the same path make another run."""
         return {
             "tasks": os.path.abspath(self.tasks),
             "policy": self.policy,
@@ -339,6 +343,7 @@ class CollectConfig(RolloutSettings):
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
             **self.network_identity(),
+            **({} if task_set is None else {"task_set": task_set_digest(task_set)}),
         }
 
 

@@ -49,13 +49,18 @@ from obsspec.config import DEFAULT_MODEL
 from obsspec.errors import ConfigError, ModelError, ObsspecError
 from obsspec.models.registry import resolve_model
 from obsspec.rollout.dataset import write_atomically
+from obsspec.rundirs import check_replaceable
 from obsspec.runs import (
     DATA_DIR,
+    MANIFEST,
+    RL_MANIFEST,
+    SHARD_GLOB,
     action_format,
     chat_template_kwargs,
     observation_reencodes,
     read_rows,
     read_run_manifest,
+    shard_paths,
 )
 
 RUN = "RUN"  # the argument that names the run, in errors
@@ -116,16 +121,27 @@ class ExportReport:
 # --- before any work --------------------------------------------------------------------------
 
 
-def preflight(run: Path, out: Path, *, overwrite: bool) -> None:
-    """Refuse, touching nothing, a RUN that is not there or an --out the export may not write."""
+def preflight(run: Path, out: Path, *, overwrite: bool, tasks: str | None = None) -> None:
+    """Refuse, touching nothing, a RUN that is not there or an --out the export may not write
+    (with overwrite, only an earlier export apart from RUN and --tasks: obsspec.rundirs)."""
     if not run.is_dir():
         raise ConfigError(f"{RUN} {run}: no such run directory")
+    manifests = (run / MANIFEST, run / RL_MANIFEST)
+    if not any(p.is_file() for p in manifests) and not shard_paths(run / DATA_DIR):
+        # else the first error would blame the manifest for not naming the policy
+        raise ConfigError(
+            f"{RUN} {run}: holds no run (no {MANIFEST} or {RL_MANIFEST}, no "
+            f"{DATA_DIR}/{SHARD_GLOB})",
+            hint="give the --out of `obsspec collect` or `obsspec rl`",
+        )
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give the path of the file to write")
     if out.exists() and not overwrite:
         raise ConfigError(
             f"--out {out} exists", hint="use --overwrite to replace it, or another --out"
         )
+    if out.exists():
+        check_replaceable(out, "export", {RUN: run, "--tasks": tasks})
     if out.resolve().is_relative_to((run / DATA_DIR).resolve()):
         raise ConfigError(
             f"--out {out} is inside the run's {DATA_DIR}/, where readers would take it for "

@@ -30,6 +30,7 @@ from typing import Any
 from obsspec.config import first_difference
 from obsspec.errors import ConfigError
 from obsspec.rollout.dataset import remove_partial_shards, write_atomically
+from obsspec.rundirs import Inputs, check_replaceable, mark, task_set_change, task_set_digest
 from obsspec.runs import DATA_DIR, MANIFEST, shard_paths
 
 FAILURES = "failures.jsonl"
@@ -102,9 +103,19 @@ class RunDir:
         text = json.dumps(manifest, indent=2, default=str) + "\n"
         write_atomically(self.manifest_path, lambda tmp: tmp.write_text(text))
 
-    def check(self, identity: dict[str, Any], *, overwrite: bool) -> Verdict:
+    def check(
+        self,
+        identity: dict[str, Any],
+        *,
+        overwrite: bool,
+        tasks: dict[str, str] | None = None,
+        inputs: Inputs | None = None,
+    ) -> Verdict:
         """What a run of identity would do with this directory, touching nothing: refuses one
-        that holds another run with episodes (unless overwrite) or files that are not a run."""
+        that holds another run with episodes (unless overwrite, and then only a collect run
+        apart from the command's `inputs`: obsspec.rundirs) or files that are not a run.
+        tasks: the task set (id -> content hash) whose digest identity holds, to say what
+        changed when a run of other tasks is refused."""
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"--out {self.path} is a file, not a directory")
         manifest = self.read_manifest() if self.path.exists() else None
@@ -118,10 +129,17 @@ class RunDir:
                     f"no {MANIFEST}); choose an empty or new directory"
                 )
             return Verdict(resumes=False)
-        if manifest.get("identity") == identity:
+        recorded = recorded_identity(manifest)
+        if "task_set" not in recorded:  # an old manifest that recorded no task set
+            identity = {k: v for k, v in identity.items() if k != "task_set"}
+        if recorded == identity:
             return Verdict(resumes=True)
-        field = first_difference(manifest.get("identity") or {}, identity)
+        if {**recorded, "task_set": None} == {**identity, "task_set": None}:
+            field = task_set_change(manifest.get("tasks"), tasks or {})
+        else:
+            field = first_difference(recorded, identity)
         if overwrite:
+            check_replaceable(self.path, "collect", inputs)
             return Verdict(resumes=False)
         if not self.shards:
             return Verdict(
@@ -134,14 +152,17 @@ class RunDir:
             "--overwrite to delete that run's data and start again"
         )
 
-    def claim(self, identity: dict[str, Any], *, overwrite: bool) -> dict[str, Any] | None:
+    def claim(
+        self, identity: dict[str, Any], *, overwrite: bool, inputs: Inputs | None = None
+    ) -> dict[str, Any] | None:
         """With the lock held: the existing manifest when this directory continues the same
         run, None when the run is new (what another run left, if allowed, is erased)."""
-        verdict = self.check(identity, overwrite=overwrite)
+        verdict = self.check(identity, overwrite=overwrite, inputs=inputs)
         manifest = self.read_manifest() if verdict.resumes else None
         if not verdict.resumes and self.manifest_path.exists():
             self.erase()
         self.data.mkdir(exist_ok=True)
+        mark(self.path, "collect")
         return manifest
 
     @property
@@ -161,6 +182,15 @@ class RunDir:
         with self.failures_path.open("a") as f:
             f.write(json.dumps({"at": now(), **entry}) + "\n")
             f.flush()
+
+
+def recorded_identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The identity a manifest recorded; one written before identities held the task set's
+    digest has it from the task map it recorded on every invocation (`tasks`)."""
+    identity = dict(manifest.get("identity") or {})
+    if "task_set" not in identity and isinstance(manifest.get("tasks"), dict):
+        identity["task_set"] = task_set_digest(manifest["tasks"])
+    return identity
 
 
 @contextlib.contextmanager

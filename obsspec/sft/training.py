@@ -56,6 +56,8 @@ def train_policy(
         config.out,
         overwrite=config.overwrite,
         resume=config.resume,
+        command="sft",
+        inputs={"--data": config.data, "--base": base, "--eval-tasks": config.eval.tasks},
         base=base,
         sequences=packed.sequences,
         settings=config.train,

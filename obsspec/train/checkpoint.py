@@ -26,6 +26,7 @@ from typing import Any
 
 from obsspec.errors import ConfigError
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.rundirs import Inputs, check_replaceable, is_empty, mark
 from obsspec.train import distributed
 
 PREFIX = "step-"
@@ -179,18 +180,23 @@ def save_final(model, base: Path, out: Path, dtype: str) -> None:
 RECORD = "obsspec-train.json"  # what was trained, on what, and how it went
 
 
-def prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to train over something unless told to resume it or replace it."""
+def prepare_out(
+    out: Path, *, resume: bool, overwrite: bool, command: str, inputs: Inputs | None = None
+) -> None:
+    """Refuse to train over something unless told to resume it or replace it; replace only
+    an earlier run of `command` that holds none of its inputs (obsspec.rundirs)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a directory")
     if overwrite and out.exists():
+        check_replaceable(out, command, inputs)  # before anything is deleted
         shutil.rmtree(out)
-    if out.exists() and any(out.iterdir()) and not resume:
+    if out.exists() and not is_empty(out) and not resume:
         raise ConfigError(
             f"--out {out} is not empty (a trained model or its checkpoints?); use --resume to "
             "continue its training, --overwrite to replace it, or another --out"
         )
     out.mkdir(parents=True, exist_ok=True)
+    mark(out, command)
 
 
 def write_record(out: Path, record: dict[str, Any]) -> None:

@@ -27,6 +27,8 @@ from typing import Any
 from obsspec.config import first_difference
 from obsspec.errors import ConfigError, TrainingError
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.models.weights import check_weights
+from obsspec.rundirs import Inputs
 from obsspec.train import distributed
 from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import Checkpoints, load_trainer_state, prepare_out, save_final
@@ -256,16 +258,21 @@ def train_into(
     *,
     overwrite: bool,
     resume: bool,
+    command: str,
+    inputs: Inputs | None = None,
     progress: Callable[[StepProgress], None] = lambda _: None,
     open_logger: Callable[[], AbstractContextManager[Any]] = nullcontext,
     **train_args,
 ) -> TrainOutcome:
     """train() into OUT, which rank 0 first checks: a non-empty OUT is refused unless resumed
-    or overwritten (checkpoint.prepare_out). Then rank 0 opens open_logger() (a writer with
-    add(row), or None: obsspec.tracking.wandb_logger) for the training, given every step."""
+    or overwritten, and only a run of `command` (train-wm, sft) apart from its `inputs`
+    (flag -> paths) is overwritten (checkpoint.prepare_out). Then rank 0 opens open_logger()
+    (a writer with add(row), or None: obsspec.tracking.wandb_logger) for the training, given
+    every step."""
+    check_weights(train_args["base"])  # a damaged base is refused before OUT is made
     main = distributed.current().main
     if main:
-        prepare_out(out, resume=resume, overwrite=overwrite)
+        prepare_out(out, resume=resume, overwrite=overwrite, command=command, inputs=inputs)
     distributed.barrier()
     with open_logger() if main else nullcontext() as logger:
         if logger is not None:

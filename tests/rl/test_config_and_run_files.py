@@ -49,6 +49,7 @@ def test_a_run_directory_is_not_reused_by_accident(tmp_path):
     with pytest.raises(ConfigError, match="holds no rl run"):
         run.prepare(resume=True, overwrite=False)
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "rl-run.json").write_text('{"steps_done": 1}')  # an earlier rl run
     (tmp_path / "out" / "something").write_text("x")
     with pytest.raises(ConfigError, match="not empty"):
         run.prepare(resume=False, overwrite=False)

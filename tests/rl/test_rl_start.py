@@ -9,6 +9,7 @@ import pytest
 
 from obsspec.errors import ConfigError
 from obsspec.rl.run_files import RLRunDir
+from obsspec.rundirs import MARKER
 from tests.cli.test_cli import obsspec
 from tests.rollout.test_rundir_refusal import snapshot
 
@@ -58,7 +59,7 @@ def test_a_run_that_finished_no_step_is_replaced_and_one_that_did_is_refused(tmp
     assert "finished no step" in run.check(resume=False, overwrite=False)
     with run.locked():
         run.prepare(resume=False, overwrite=False)
-    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", MARKER]  # a new rl run
 
     failed_start(out)
     (out / "rl-run.json").write_text(json.dumps({"status": "failed", "steps_done": 1}))

@@ -323,7 +323,8 @@ def test_preflight_refuses_bad_paths_touching_nothing(tmp_path, md_run):
     with pytest.raises(ConfigError, match=r"--out .*exists.jsonl exists") as e:
         preflight(run, existing, overwrite=False)
     assert "--overwrite" in e.value.hint and existing.read_text() == "keep me\n"
-    preflight(run, existing, overwrite=True)
+    with pytest.raises(ConfigError, match="not an obsspec export"):  # only an export is replaced
+        preflight(run, existing, overwrite=True)
     with pytest.raises(ConfigError, match="is a directory"):
         preflight(run, tmp_path, overwrite=True)
     with pytest.raises(ConfigError, match="cannot write there"):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from obsspec.errors import ConfigError
+from obsspec.rundirs import MARKER
 from obsspec.train.checkpoint import prepare_out
 from obsspec.train.config import LoraSettings, TrainSettings
 from obsspec.train.loop import train
@@ -175,9 +176,10 @@ def test_allocation_failures_are_recognised():
 
 
 def test_out_must_be_empty_unless_resuming_or_overwriting(tmp_path):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "config.json").write_text("{}")
+    out = tmp_path / "out"
+    prepare_out(out, resume=False, overwrite=False, command="train-wm")  # marks the run
+    (out / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"--out .* is not empty"):
-        prepare_out(tmp_path / "out", resume=False, overwrite=False)
-    prepare_out(tmp_path / "out", resume=False, overwrite=True)
-    assert not any((tmp_path / "out").iterdir())
+        prepare_out(out, resume=False, overwrite=False, command="train-wm")
+    prepare_out(out, resume=False, overwrite=True, command="train-wm")
+    assert [p.name for p in out.iterdir()] == [MARKER]  # a new run of train-wm, empty
