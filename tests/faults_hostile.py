@@ -134,6 +134,46 @@ HOSTILE_FAULTS: list[Fault] = [
     ),
     # --- task image builds ---
     # --- --overwrite ---
+    Fault(
+        "`--overwrite` given an --out that is not a run of the same command (a folder of "
+        "notes, another command's run: a collect run to `train-wm`), or that is, holds or lies "
+        "inside one of its inputs (`train-wm --data RUN --out RUN`, a profile holding its "
+        "--tasks); any of train-wm, sft, collect, rl, profile, export",
+        "1",
+        "`error: --out OUT holds files that are no obsspec run (ideas.md), not an earlier "
+        "`obsspec train-wm` run; --overwrite only replaces one of those, so nothing was "
+        "deleted` (or `--out RUN is --data RUN: replacing it would delete what the command "
+        "reads`), before anything is deleted or trained: --out is untouched",
+        "nothing (each run names its command in OUT/.obsspec-run.json; older runs are known "
+        "by their files)",
+        "the same refusal; an earlier run of the same command is replaced",
+        (
+            "tests/cli/test_overwrite_cli.py::test_train_wm_overwrite_refuses_notes_and_its_own_data",
+            "tests/cli/test_overwrite_cli.py::test_sft_overwrite_refuses_notes_and_a_collect_run",
+            "tests/cli/test_overwrite_cli.py::test_collect_overwrite_refuses_notes",
+            "tests/cli/test_overwrite_cli.py::test_rl_overwrite_refuses_notes_before_any_cluster",
+            "tests/cli/test_overwrite_cli.py::test_profile_overwrite_refuses_a_profile_that_holds_its_tasks",
+            "tests/cli/test_overwrite_cli.py::test_export_overwrite_refuses_a_file_that_is_no_export",
+            "tests/cli/test_overwrite_cli.py::test_train_wm_overwrite_replaces_its_own_earlier_run",
+            "tests/test_overwrite.py::test_train_overwrite_refuses_its_own_data_and_another_commands_run",
+        ),
+    ),
+    Fault(
+        "tasks are added, removed or edited under the same `--tasks` path, then the same "
+        "`collect` (or `rl --resume`) is run on its --out",
+        "1",
+        "`error: --out RUN holds a different run (the tasks under --tasks changed since the "
+        "run began: 1 added (greet-b); 1 removed (greet-a)); use another --out, or "
+        "--overwrite ...`; the rows already collected are untouched",
+        "the run's identity holds the task set's digest; manifest `tasks` (id -> hash)",
+        "the same refusal until the tasks are restored, --overwrite or another --out",
+        (
+            "tests/cli/test_overwrite_cli.py::test_collect_resumed_over_other_tasks_is_refused_and_rows_stay",
+            "tests/test_overwrite.py::"
+            "test_collect_resumed_over_other_tasks_is_refused_and_says_what_changed",
+            "tests/test_overwrite.py::test_rl_resumed_over_other_tasks_is_refused",
+        ),
+    ),
     # --- disk and memory limits ---
     Fault(
         "the agent writes past its sandbox's disk limit (`fallocate -l 10G /tmp/big`; the "
