@@ -253,7 +253,9 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
     task = load_task(task_dir) if task_dir else None
     with run_scope("shell") as (client, run_id):
         if task is not None:
-            images = TaskImages(client, image_map=settings.images.map, on_log=progress_printer())
+            images = TaskImages(
+                client, image_map=settings.images.map, on_log=progress_printer(), network=network
+            )
             image = await images.ensure(task)
             instruction = visible_controls(task.instruction.strip())
             err.print(Text.assemble((visible_controls(task.id), "bold"), ": ", instruction))

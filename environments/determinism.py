@@ -184,7 +184,13 @@ async def measure_tasks(
     """measure_task for every task, `concurrency` tasks at once, in the order given."""
     if runs < 2:
         raise ValueError(f"runs must be at least 2 to compare runs, got {runs}")
-    images = TaskImages(client, image_map=image_map, max_parallel_builds=concurrency, on_log=on_log)
+    images = TaskImages(
+        client,
+        image_map=image_map,
+        max_parallel_builds=concurrency,
+        on_log=on_log,
+        network=network,  # builds too, under the sandbox ceiling
+    )
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> TaskDeterminism:

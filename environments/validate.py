@@ -171,7 +171,13 @@ async def validate_tasks(
     image_map: Mapping[str, str] | None = None,
     network: NetworkPolicy = NetworkPolicy.none,
 ) -> list[TaskValidation]:
-    images = TaskImages(client, image_map=image_map, max_parallel_builds=concurrency, on_log=on_log)
+    images = TaskImages(
+        client,
+        image_map=image_map,
+        max_parallel_builds=concurrency,
+        on_log=on_log,
+        network=network,  # builds too, under the sandbox ceiling
+    )
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> TaskValidation:

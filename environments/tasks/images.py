@@ -10,6 +10,13 @@ Every base image must be on this machine before a build starts (Docker would oth
 a missing FROM even with pull=False, and fail with a registry error): a missing one is
 pulled once, and if that fails the task fails with a one-line MissingImageError naming the
 image, the task and --image-map.
+
+A build runs under the run's network and the task's sandbox limits, capped by the run's
+sandbox ceiling (build_limits): no
+network under `--network none`, a network where the verifier (also the task author's code)
+gets one. It ends at the task's build_timeout_sec, or when the coroutine awaiting it is
+cancelled (Ctrl-C, SIGTERM): its connection is cut, the daemon kills the step's container,
+and the container is gone before the error (or the cancellation) goes on.
 """
 
 from __future__ import annotations
@@ -21,14 +28,28 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from obsspec.environments.build import docker_build, local_image, tree_hash
+from obsspec.environments.build import (
+    BuildLimits,
+    BuildStop,
+    docker_build,
+    local_image,
+    remove_build_containers,
+    tree_hash,
+)
+from obsspec.environments.ceiling import SandboxCeiling, capped
 from obsspec.environments.errors import ImageBuildError, MissingImageError
 from obsspec.environments.node_lock import build_once_per_node
+from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.environments.tasks.image_map import FLAG, ImageMap, base_images, rewrite
 from obsspec.environments.tasks.model import Task
 from obsspec.environments.tasks.text import read_task_text
 
 TASK_REPO = "obsspec-task"
+STOP_WAIT_S = 5.0  # a stopped build's thread and containers end within this (cut: at once)
+NO_NETWORK_HINT = (
+    "builds get no network under --network none; if a step needs one, --network verify "
+    "gives builds one (the image is then kept, and runs under --network none use it)"
+)
 
 
 @dataclass
@@ -46,10 +67,16 @@ class TaskImages:
         image_map: Mapping[str, str] | None = None,
         max_parallel_builds: int = 2,
         on_log: Callable[[str], None] = lambda _: None,
+        network: NetworkPolicy = NetworkPolicy.none,
+        ceiling: SandboxCeiling | None = None,
     ) -> None:
+        """network: the run's policy; ceiling: the run's sandbox ceiling (default: the
+        default one); builds run under both (build_limits)."""
         self.client = client
         self.map = ImageMap(image_map)
         self.on_log = on_log
+        self.network = network
+        self.ceiling = ceiling or SandboxCeiling()
         self._builds = asyncio.Semaphore(max_parallel_builds)
         self._locks: dict[str, asyncio.Lock] = {}
         self._present: dict[str, bool] = {}  # image -> here (or pulled), asked once per run
@@ -131,25 +158,59 @@ class TaskImages:
             return False
         return True
 
+    def build_limits(self, task: Task) -> BuildLimits:
+        """A network exactly where the run gives the verifier one; the sandbox's limits (as
+        the task asks, under the run's ceiling)."""
+        limits, _ = capped(task.limits, self.ceiling)
+        return BuildLimits(
+            network=self.network is not NetworkPolicy.none,
+            cpus=limits.cpus,
+            memory_mb=limits.memory_mb,
+            pids=limits.pids,
+        )
+
     async def _build(self, task: Task, plan: BuildPlan) -> None:
         labels = {"obsspec.task": task.id, "obsspec.task_hash": task.content_hash}
-        build = asyncio.to_thread(
-            docker_build,
-            self.client,
-            task.build_context,
-            plan.tag,
-            labels=labels,
-            dockerfile=task.dockerfile,
-            dockerfile_text=plan.dockerfile_text,
-            on_log=self.on_log,
+        limits, stop = self.build_limits(task), BuildStop()
+        building = asyncio.ensure_future(
+            asyncio.to_thread(
+                docker_build,
+                self.client,
+                task.build_context,
+                plan.tag,
+                labels=labels,
+                dockerfile=task.dockerfile,
+                dockerfile_text=plan.dockerfile_text,
+                on_log=self.on_log,
+                limits=limits,
+                stop=stop,
+            )
         )
+        building.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: stopped
         try:
-            await asyncio.wait_for(build, task.build_timeout_s)
+            # shielded: the thread cannot be cancelled, only stopped (_stop)
+            await asyncio.wait_for(asyncio.shield(building), task.build_timeout_s)
         except TimeoutError:
+            await self._stop(stop, building, plan.tag)
             raise ImageBuildError(
-                f"building {plan.tag} took over {task.build_timeout_s:g} s"
+                f"task {task.id} ({task.path}): building {plan.tag} took over "
+                f"{task.build_timeout_s:g} s (build_timeout_sec) and was stopped"
             ) from None
+        except asyncio.CancelledError:
+            await self._stop(stop, building, plan.tag)
+            raise
         except ImageBuildError as e:
+            hint = e.hint or (None if limits.network else NO_NETWORK_HINT)
             raise ImageBuildError(
-                f"task {task.id} ({task.path}): {e}", log_tail=e.log_tail, hint=e.hint
+                f"task {task.id} ({task.path}): {e}", log_tail=e.log_tail, hint=hint
             ) from e
+
+    async def _stop(self, stop: BuildStop, building: asyncio.Future, tag: str) -> None:
+        """Cut the build's connection, let its thread end, and see its containers gone."""
+        stop.stop()
+        await asyncio.wait([building], timeout=STOP_WAIT_S)
+        left = await asyncio.to_thread(
+            remove_build_containers, self.client, stop.containers, STOP_WAIT_S
+        )
+        if left:
+            self.on_log(f"warning: containers {', '.join(left)} of build {tag} are still there")

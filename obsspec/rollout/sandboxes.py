@@ -52,9 +52,12 @@ async def build_images(
     replaced as image_map says); a task whose build fails is reported as TaskSkipped with its
     planned episodes (with strict, the error is raised). Says which tasks the network policy
     denies internet, and which the sandbox ceiling caps (once per task)."""
-    builder = TaskImages(client, image_map=image_map, on_log=on_log)
-    emit(Note(f"preparing {len(planned)} task images"))
     ceiling = within_machine(ceiling or SandboxCeiling(), client)
+    # builds run under the run's network and the capped sandbox limits (TaskImages)
+    builder = TaskImages(
+        client, image_map=image_map, on_log=on_log, network=network, ceiling=ceiling
+    )
+    emit(Note(f"preparing {len(planned)} task images"))
     for line in capped_note(((t, tasks[t].limits) for t in planned), ceiling):
         emit(Note(line))
     denied = [t for t in planned if denied_internet(tasks[t].limits, network)]
@@ -72,7 +75,7 @@ async def build_images(
         except ImageBuildError as e:
             if strict:
                 raise
-            reason = f"image build failed: {e}"
+            reason = f"image build failed: {e}" + (f" ({e.hint})" if e.hint else "")
             emit(TaskSkipped(task_id, reason, planned[task_id], tuple(e.log_tail)))
             return task_id, None
 
