@@ -75,6 +75,20 @@ CacheDirOption = Annotated[
     ),
 ]
 SANDBOX = "Sandbox"
+
+
+def check_image_map_entries(entries: list[str] | None) -> list[str] | None:
+    """--image-map's entries as typed; a malformed one is a usage error naming the flag."""
+    from obsspec.environments.tasks.image_map import FLAG, parse_entries
+    from obsspec.errors import ConfigError
+
+    try:
+        parse_entries(entries or [], FLAG)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e).removeprefix(f"{FLAG}: ")) from None
+    return entries
+
+
 ImageMapOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -83,6 +97,7 @@ ImageMapOption = Annotated[
         help="Build on local image DST where a task says FROM SRC, e.g. "
         "python:3.13-slim=obsspec/base ('*=IMAGE': every image not here); repeatable. "
         "Adds to OBSSPEC_IMAGE_MAP and the config's \\[images] map.",
+        callback=check_image_map_entries,
         rich_help_panel=SANDBOX,
     ),
 ]
@@ -109,9 +124,13 @@ WandbProjectOption = Annotated[
 ]
 
 
-def json_flag(value: bool) -> bool:
-    """--json as parsed (main's guess from the command line covers what fails before)."""
-    json_stdout.requested = value
+def json_flag(ctx: typer.Context, value: bool) -> bool:
+    """--json as parsed (main's guess from the command line covers what fails before). A
+    group's own --json left unset (`obsspec profile`'s) leaves the guess alone: it is parsed
+    before the subcommand's, so `profile simulate --calibrate FILE --json` would otherwise
+    lose --json when --calibrate is refused before simulate's --json is reached."""
+    if value or not isinstance(ctx.command, typer.core.TyperGroup):
+        json_stdout.requested = value
     return value
 
 
