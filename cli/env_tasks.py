@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -233,6 +234,10 @@ def shell(
     Reads commands from stdin as a terminal does (a heredoc, loop or open quote continues on
     the next lines; a prompt when stdin is a terminal, a script when piped) and prints each
     command's observation exactly as the agent would see it.
+
+    At the prompt, Ctrl-C drops the line typed so far and Ctrl-D leaves (`exit` is run in
+    the sandbox: its shell restarts, as the agent's would); Ctrl-C while a command runs
+    leaves too. Leaving removes the sandbox.
     """
     if (task is None) == (image is None):
         raise typer.BadParameter("give a task directory or --image, not both")
@@ -300,15 +305,36 @@ async def _session(task, sb, solution, verify_after, timeout) -> None:
 def read_commands():
     """Commands from stdin, as a terminal reads them: a heredoc, a loop or an open quote takes
     the lines that finish it (environments.tasks.bash_commands.typed_commands). With a
-    terminal, a `sandbox$` prompt, `>` on continuation lines, and Ctrl-D to end."""
+    terminal, a `sandbox$` prompt, `>` on continuation lines, Ctrl-C to drop what was typed,
+    and Ctrl-D to end."""
     from obsspec.environments.tasks.bash_commands import typed_commands
 
     interactive = sys.stdin.isatty()
 
     def read_line(continuation: bool) -> str | None:
         if interactive:
-            err.print("> " if continuation else "[bold cyan]sandbox$[/bold cyan] ", end="")
-        line = sys.stdin.readline()
+            line = read_typed_line("> " if continuation else "[bold cyan]sandbox$[/bold cyan] ")
+        else:
+            line = sys.stdin.readline()
         return line.rstrip("\n") if line else None
 
     return typed_commands(read_line)
+
+
+def read_typed_line(prompt: str) -> str:
+    """A line from the terminal after prompt; Ctrl-C drops what was typed (LineCancelled) and
+    says how to leave, as bash and Python's prompt do. asyncio.run's own SIGINT handler only
+    cancels the main task, which a blocking read never notices: the first Ctrl-C showed
+    nothing and cancelled the next command instead."""
+    from obsspec.environments.tasks.bash_commands import LineCancelled
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # before the prompt
+    try:
+        err.print(prompt, end="")
+        return sys.stdin.readline()
+    except KeyboardInterrupt:
+        err.print("\n(Ctrl-D leaves the shell)", markup=False, highlight=False)
+        raise LineCancelled from None
+    finally:
+        if previous is not None:  # None: not set from Python; ours stays
+            signal.signal(signal.SIGINT, previous)

@@ -61,6 +61,9 @@ class _BashParser:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
+            # Its own process group: a Ctrl-C at `env shell`'s prompt goes to the terminal's
+            # group, and must not kill the parser the next command is read with.
+            process_group=0,
         )
 
     def report(self, chunk: str) -> str:
@@ -120,16 +123,29 @@ _UNFINISHED = re.compile(
 )
 
 
+class LineCancelled(Exception):
+    """Raised by typed_commands' read_line when what was typed is dropped (Ctrl-C at a
+    prompt): the unfinished command's lines go, as at bash's prompt."""
+
+
 def typed_commands(read_line: Callable[[bool], str | None]) -> Iterator[str]:
     """Commands as a terminal reads them from lines: one that is not finished (an open quote,
     heredoc, loop or block, a trailing `\\`, `&&` or `|`) takes the next lines too, as bash
     does at its `>` prompt; a finished one, or one bash can only reject (a syntax error),
     goes out as it is, and an unfinished one at the end too (bash -c reports it).
-    read_line(continuation) gives the next line without its newline, or None at the end."""
+    read_line(continuation) gives the next line without its newline, or None at the end; it
+    raises LineCancelled to drop the lines of the command typed so far."""
     parser = _BashParser()
     try:
         chunk: list[str] = []
-        while (line := read_line(bool(chunk))) is not None:
+        while True:
+            try:
+                line = read_line(bool(chunk))
+            except LineCancelled:
+                chunk = []
+                continue
+            if line is None:
+                break
             if not chunk and not line.strip():
                 continue
             chunk.append(line)

@@ -5,10 +5,15 @@ nothing made where the command was refused."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import signal
+import time
 
 import pytest
 
-from tests.cli.test_cli import obsspec
+from tests.cli.test_cli import OBSSPEC, obsspec
 from tests.cli.test_exit_codes import GREETING
 
 
@@ -23,6 +28,71 @@ def test_json_after_a_refused_option_of_a_subcommand_still_gives_one_object(tmp_
     outcome = json.loads(result.stdout)
     assert outcome["status"] == "usage_error" and "--calibrate" in outcome["error"]
     assert outcome["exit_code"] == 2
+
+
+# --- env shell: Ctrl-C at the idle prompt ----------------------------------------------------
+class Terminal:
+    """A command on a pseudo-terminal, as a person at a keyboard runs it."""
+
+    def __init__(self, *args: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # pragma: no cover (the child)
+            os.execv(OBSSPEC, [OBSSPEC, *args])
+        self.seen = b""
+
+    def read_until(self, text: str, timeout: float = 120) -> str:
+        """Everything printed since the last call, once `text` was among it."""
+        start = len(self.seen)
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.seen[start:] and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the command ended
+                    break
+                if not chunk:
+                    break
+                self.seen += chunk
+        printed = self.seen[start:].decode(errors="replace")
+        assert text in printed, printed
+        return printed
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def exit_code(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            try:
+                self.seen += os.read(self.fd, 4096)
+            except OSError:
+                time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        raise AssertionError(f"still running: {self.seen[-500:]!r}")
+
+
+@pytest.mark.docker
+def test_ctrl_c_at_the_shell_prompt_drops_the_line_and_says_how_to_leave(base_image):
+    term = Terminal("env", "shell", "--image", base_image)
+    term.read_until("sandbox$")
+    term.type("echo half-typed\x03")  # Ctrl-C before Enter
+    assert "Ctrl-D leaves the shell" in term.read_until("sandbox$", timeout=10)
+    term.type("for i in 1 2; do\n")  # a continuation, then Ctrl-C at its `>` prompt
+    term.read_until("> ")
+    term.type("\x03")
+    term.read_until("sandbox$", timeout=10)
+    term.type("echo still here\n")  # the shell goes on: nothing was cancelled
+    printed = term.read_until("[exit code: 0]", timeout=60)
+    assert "still here" in printed and "half-typed" not in printed.replace("echo", "")
+    term.type("\x04")  # Ctrl-D leaves
+    assert term.exit_code() == 0
+    result = obsspec("env", "shell", "--help")
+    assert "Ctrl-C" in result.stdout and "Ctrl-D" in result.stdout
 
 
 # --- --image-map SRC=DST ---------------------------------------------------------------------
