@@ -20,6 +20,7 @@ from obsspec.cli.common import (
     out,
     progress_printer,
 )
+from obsspec.cli.limit_options import TIMEOUT_RANGE, timeout_seconds
 
 app = typer.Typer(help="Sandboxes, images and tasks.", no_args_is_help=True)
 app.command("generate")(env_tasks.generate)
@@ -91,7 +92,11 @@ def run(
     ] = None,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", min=0.1, help="Seconds for the whole call; then it is killed."),
+        typer.Option(
+            "--timeout",
+            callback=timeout_seconds,
+            help=f"Seconds for the whole call ({TIMEOUT_RANGE}); then it is killed.",
+        ),
     ] = 60.0,
     cpus: Annotated[
         float | None,

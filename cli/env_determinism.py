@@ -29,6 +29,7 @@ from obsspec.cli.common import (
     progress_printer,
 )
 from obsspec.cli.exits import PARTIAL
+from obsspec.cli.limit_options import TIMEOUT_RANGE, timeout_seconds
 from obsspec.environments.sandbox import NetworkPolicy
 
 EXAMPLES_PER_FAMILY = 3  # differing observations shown per family in the table (all in --json)
@@ -43,7 +44,10 @@ def determinism(
         int, typer.Option(min=2, help="Fresh sandboxes per task; runs 2.. are compared with 1.")
     ] = 2,
     concurrency: Annotated[int, typer.Option(min=1, help="Tasks played at once.")] = 1,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per command.")] = 120.0,
+    timeout: Annotated[
+        float,
+        typer.Option(callback=timeout_seconds, help=f"Seconds per command ({TIMEOUT_RANGE})."),
+    ] = 120.0,
     deterministic: Annotated[
         bool | None,
         typer.Option(

@@ -32,6 +32,7 @@ from obsspec.cli.gate_options import (
     gated,
     parse_gate_flags,
 )
+from obsspec.cli.limit_options import TIMEOUT_RANGE, timeout_seconds
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet
 from obsspec.types import visible_controls
 
@@ -223,7 +224,10 @@ def shell(
     verify_after: Annotated[
         bool, typer.Option("--verify", help="Run the verifier at the end.")
     ] = False,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds per command.")] = 120.0,
+    timeout: Annotated[
+        float,
+        typer.Option(callback=timeout_seconds, help=f"Seconds per command ({TIMEOUT_RANGE})."),
+    ] = 120.0,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
     config: ConfigOption = None,

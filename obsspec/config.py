@@ -103,14 +103,30 @@ def read_config_file(path: Path) -> dict[str, Any]:
     """A --config file: YAML for .yaml and .yml, else TOML, with the same structure (each
     table a top-level mapping). Every failure is a ConfigError that names the file."""
     try:
-        with path.open("rb") as f:
-            return read_yaml(f, path) if path.suffix.lower() in YAML_SUFFIXES else tomllib.load(f)
+        text = utf8_text(path.read_bytes(), path)
+        if path.suffix.lower() in YAML_SUFFIXES:
+            return read_yaml(text, path)
+        return tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from e
+
+
+def utf8_text(data: bytes, path: Path) -> str:
+    """A config file's text; TOML and our YAML are UTF-8, and a byte that is not names its
+    offset and line (a file saved in Latin-1, a binary given by mistake)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text: byte {e.start} (line {line}) is "
+            f"{data[e.start]:#04x}",
+            hint="save it as UTF-8",
+        ) from None
 
 
 def read_yaml(stream: Any, path: Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.cli.test_cli import OBSSPEC, obsspec
-from tests.cli.test_exit_codes import GREETING
+from tests.cli.test_exit_codes import GREETING, error_lines
 
 
 # --- profile simulate: --json after a refused --calibrate ------------------------------------
@@ -93,6 +93,36 @@ def test_ctrl_c_at_the_shell_prompt_drops_the_line_and_says_how_to_leave(base_im
     assert term.exit_code() == 0
     result = obsspec("env", "shell", "--help")
     assert "Ctrl-C" in result.stdout and "Ctrl-D" in result.stdout
+
+
+# --- a config file that is not UTF-8 ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, text", [("bad.toml", b"[paths]\ncache_dir = 'caf\xe9'\n"), ("bad.yaml", b"a: \xff\n")]
+)
+def test_a_config_file_not_in_utf8_is_named_with_the_offending_byte(tmp_path, name, text):
+    bad = tmp_path / name
+    bad.write_bytes(text)
+    result = obsspec("models", "list", "--config", str(bad), "--json")
+    assert result.returncode == 1
+    error = json.loads(result.stdout)["error"]
+    offset = text.index(b"\xe9" if name.endswith("toml") else b"\xff")
+    line = text[:offset].count(b"\n") + 1
+    assert error == (
+        f"config file {bad} is not UTF-8 text: byte {offset} (line {line}) is {text[offset]:#04x}"
+    )
+
+
+# --- --timeout out of range ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "command",
+    [["env", "run"], ["env", "shell", "--image", "obsspec/base"], ["env", "determinism", "x"]],
+)
+def test_a_timeout_too_large_to_wait_is_a_usage_error_naming_the_range(command):
+    args = [*command, "--timeout", "1e308"]
+    result = obsspec(*args, "--", "true") if command[1] == "run" else obsspec(*args)
+    assert result.returncode == 2, result.stderr
+    error = error_lines(result.stderr)[0]
+    assert "'--timeout'" in error and "1e+308 is not in the range 0.1<=x<=604800" in error
 
 
 # --- --image-map SRC=DST ---------------------------------------------------------------------
