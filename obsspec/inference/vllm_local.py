@@ -121,10 +121,13 @@ class LocalVLLMEngine:
         await self.aclose()
 
     async def start(self) -> None:
+        from obsspec.models.weights import check_weights
+
+        s = self.settings
+        check_weights(s.model)  # a damaged file is named here, not deep inside vLLM
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        s = self.settings
         check_vllm_version(installed_vllm_version(), allow_untested=s.allow_untested_vllm)
         args = AsyncEngineArgs(
             **engine_kwargs(s, current_platform_kind()),  # the same platform as below

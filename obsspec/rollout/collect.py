@@ -28,12 +28,11 @@ from pathlib import Path
 from obsspec.environments.tasks.model import Task
 from obsspec.errors import ObsspecError
 from obsspec.inference.base import Engine
-from obsspec.models.tokenizer import load_tokenizer
 from obsspec.rollout.config import CollectConfig
 from obsspec.rollout.dataset import completed_episodes
 from obsspec.rollout.events import AttemptFailed, Event, Note, ShardWritten, TaskSkipped
 from obsspec.rollout.plan import WorkItem, check_unchanged, load_task_set, plan_items
-from obsspec.rollout.policy import playable_tasks, policy_model
+from obsspec.rollout.policy import check_policy_model, playable_tasks
 from obsspec.rollout.rundir import RunDir, now
 from obsspec.rollout.speculation import check_world_model
 from obsspec.rollout.stats import CollectStats
@@ -54,7 +53,7 @@ async def collect(
     # Bad input fails before anything is made: an unknown model or world model (or one with
     # another tokenizer, or one that does not load), no tasks, a broken task under strict, a
     # Ray address where no cluster answers, a run directory this run may not use.
-    load_tokenizer(policy_model(config, models_dir))
+    check_policy_model(config, models_dir)
     check_world_model(config, models_dir)
     tasks, broken = load_task_set(config.tasks, strict=config.strict)
     if config.is_oracle:  # a task whose solution the oracle cannot play is skipped, named

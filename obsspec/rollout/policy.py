@@ -88,3 +88,17 @@ def policy_model(config: RolloutSettings, models_dir: Path) -> Path:
     """The model directory whose tokenizer (and, unless oracle, weights) the policy uses."""
     name = (config.tokenizer or DEFAULT_MODEL) if config.is_oracle else config.policy
     return resolve_model(name, models_dir)
+
+
+def check_policy_model(config: RolloutSettings, models_dir: Path) -> Path:
+    """The policy's model directory, refused before anything is made when its tokenizer does
+    not load or has no chat template, or when the weights an engine here would serve do not
+    open (an oracle, or a --server, serves none of them)."""
+    from obsspec.models.tokenizer import load_tokenizer
+    from obsspec.models.weights import check_weights
+
+    model_dir = policy_model(config, models_dir)
+    load_tokenizer(model_dir)
+    if not config.is_oracle and not config.engine.server:
+        check_weights(model_dir)
+    return model_dir

@@ -14,6 +14,7 @@ from obsspec.environments.sandbox import NetworkPolicy
 from obsspec.environments.tasks import load_task
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.models.weights import check_weights
 from obsspec.rollout.config import EngineOptions, RolloutSettings
 from obsspec.rollout.events import Note
 from obsspec.rollout.session import RolloutSession
@@ -36,6 +37,8 @@ async def watch_episode(
     task = load_task(task_dir)  # bad input fails fast, before the heavy imports
     model_dir = resolve_model(model, settings.paths.models_dir)
     load_tokenizer(model_dir)  # a broken model is refused before Docker is touched
+    if not server:  # served here: its weights must open
+        check_weights(model_dir)
     rollout = RolloutSettings(
         policy=model,
         limits=limits,

@@ -16,6 +16,7 @@ from obsspec.errors import ModelError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
+from obsspec.models.weights import check_weights
 from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.policy import policy_model
 from obsspec.speculation.runner import SpeculativeLoop
@@ -40,6 +41,8 @@ def check_world_model(config: RolloutSettings, models_dir: Path) -> None:
         policy=config.policy,
         wm=name,
     )
+    if not config.engine.server:  # its engine starts here, on these weights
+        check_weights(wm_dir)
 
 
 def speculative_loop(

@@ -26,7 +26,9 @@ def load_model(path: Path, where: Placement, lora: LoraSettings | None):
     from transformers import AutoModelForCausalLM
 
     from obsspec.models.convert import quiet_transformers
+    from obsspec.models.weights import check_weights
 
+    check_weights(path)  # a damaged file is named, not an error from inside transformers
     quiet_transformers()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.to(where.device)

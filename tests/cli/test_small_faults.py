@@ -10,6 +10,7 @@ import pty
 import select
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,6 +124,104 @@ def test_a_timeout_too_large_to_wait_is_a_usage_error_naming_the_range(command):
     assert result.returncode == 2, result.stderr
     error = error_lines(result.stderr)[0]
     assert "'--timeout'" in error and "1e+308 is not in the range 0.1<=x<=604800" in error
+
+
+# --- model directories that cannot serve as a policy or be trained -------------------------
+def model_copy(default_model_dir: Path, target: Path, *, leave_out: str) -> Path:
+    target.mkdir()
+    for path in default_model_dir.iterdir():
+        if path.name != leave_out:
+            (target / path.name).symlink_to(path)
+    return target
+
+
+@pytest.fixture
+def no_template_model(default_model_dir, tmp_path) -> Path:
+    """The default model without its chat template (a base model's tokenizer)."""
+    return model_copy(default_model_dir, tmp_path / "no-template", leave_out="chat_template.jinja")
+
+
+@pytest.fixture
+def garbage_weights_model(default_model_dir, tmp_path) -> Path:
+    """The default model whose model.safetensors is random bytes (a disk error, a bad copy)."""
+    model = model_copy(default_model_dir, tmp_path / "garbage", leave_out="model.safetensors")
+    (model / "model.safetensors").write_bytes(os.urandom(1 << 16))
+    return model
+
+
+@pytest.fixture
+def training_run(tmp_path, builder) -> Path:
+    """A collect run that sft and train-wm take (two episodes of one task)."""
+    from tests.world_model.runs import episode_row, steps_for, write_run
+
+    rows = [episode_row(builder, "a-000", steps_for("a-000"), i) for i in range(2)]
+    return write_run(tmp_path / "data", rows)
+
+
+def test_a_model_without_a_chat_template_is_refused_naming_it(no_template_model, tmp_path):
+    model, out = no_template_model, tmp_path / "run"
+    result = obsspec("collect", "--tasks", str(GREETING), "--policy", str(model), "--out", str(out))
+    assert result.returncode == 1
+    error, hint = error_lines(result.stderr)
+    assert error == f"error: model directory {model}: its tokenizer has no chat template"
+    assert "chat_template.jinja" in hint
+    assert not out.exists()  # refused before anything was made
+
+    watch = obsspec("episode", str(GREETING), "--model", str(model), "--json")
+    assert watch.returncode == 1
+    assert json.loads(watch.stdout)["error"] == error.removeprefix("error: ")
+
+
+@pytest.mark.parametrize("command", ["sft", "train-wm"])
+def test_training_from_a_model_without_a_chat_template_is_refused(
+    command, no_template_model, training_run, tmp_path
+):
+    out = tmp_path / "trained"
+    args = ["--data", str(training_run), "--base", str(no_template_model), "--out", str(out)]
+    result = obsspec(command, *args, "--no-eval", "--json")
+    assert result.returncode == 1, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error == f"model directory {no_template_model}: its tokenizer has no chat template"
+    assert not out.exists()
+
+
+def test_garbage_weights_are_refused_naming_the_file_and_make_nothing(
+    garbage_weights_model, training_run, tmp_path
+):
+    weights = garbage_weights_model / "model.safetensors"
+    out = tmp_path / "trained"
+    args = ["--data", str(training_run), "--base", str(garbage_weights_model), "--out", str(out)]
+    result = obsspec("sft", *args, "--no-eval")
+    assert result.returncode == 1
+    error, hint = error_lines(result.stderr)
+    assert error.startswith(f"error: model weights {weights} do not load (")
+    assert "unexpected" not in error and str(garbage_weights_model) in hint
+    assert not out.exists()  # refused before --out was made
+
+    run = tmp_path / "run"
+    collect = obsspec(
+        "collect", "--tasks", str(GREETING), "--policy", str(garbage_weights_model),
+        "--out", str(run), "--json",
+    )  # fmt: skip
+    assert collect.returncode == 1
+    assert json.loads(collect.stdout)["error"] == error.removeprefix("error: ")
+    assert not run.exists()
+
+    watch = obsspec("episode", str(GREETING), "--model", str(garbage_weights_model), "--json")
+    assert watch.returncode == 1
+    assert json.loads(watch.stdout)["error"] == error.removeprefix("error: ")
+
+
+def test_the_engine_names_garbage_weights_before_vllm_reads_them(garbage_weights_model):
+    import asyncio
+
+    from obsspec.errors import ModelError
+    from obsspec.inference.vllm_local import LocalVLLMEngine
+    from obsspec.inference.vllm_settings import EngineSettings
+
+    engine = LocalVLLMEngine(EngineSettings(model=str(garbage_weights_model)))
+    with pytest.raises(ModelError, match=r"model weights .*model\.safetensors do not load"):
+        asyncio.run(engine.start())
 
 
 # --- --image-map SRC=DST ---------------------------------------------------------------------
