@@ -13,6 +13,7 @@ VERIFIER_HOSTILE = "tests/environments/test_verifier_hostile.py::"
 VERIFIER_ORDER = "tests/environments/test_verifier_order.py::"
 TASK_LINKS = "tests/environments/test_task_links.py::"
 TERMINAL = "tests/cli/test_terminal_output.py::"
+SMALL = "tests/cli/test_small_faults.py::"
 
 HOSTILE_FAULTS: list[Fault] = [
     # --- the verifier and its rewards ---
@@ -213,4 +214,76 @@ HOSTILE_FAULTS: list[Fault] = [
         ),
     ),
     # --- smaller ones ---
+    Fault(
+        "`obsspec profile simulate --calibrate FILE --json`: --calibrate is refused (a file, "
+        "not a directory) before the --json after it is read",
+        "2",
+        "one JSON object on stdout: status usage_error, the error `invalid value for "
+        "'--calibrate': ...` (before: nothing on stdout: `profile`'s own unset --json "
+        "cancelled the command line's)",
+        "-",
+        "the same",
+        (SMALL + "test_json_after_a_refused_option_of_a_subcommand_still_gives_one_object",),
+    ),
+    Fault(
+        "Ctrl-C at `obsspec env shell`'s idle prompt (or at its `>` continuation prompt)",
+        "- (Ctrl-D then leaves: 0; Ctrl-C while a command runs: 130)",
+        "`^C`, `(Ctrl-D leaves the shell)` and a new prompt; the line or unfinished command "
+        "typed so far is dropped, the sandbox stays (before: nothing visible; the next command "
+        "was cancelled and the shell's command parser killed, so a second Ctrl-C exited)",
+        "-",
+        "-",
+        (SMALL + "test_ctrl_c_at_the_shell_prompt_drops_the_line_and_says_how_to_leave",),
+    ),
+    Fault(
+        "a --config file that is not UTF-8 (saved in Latin-1, a binary), or a --timeout of "
+        "`env run|shell|determinism` no timer holds (`1e308`, `1e10`, `nan`)",
+        "1 (the config); 2 (--timeout)",
+        "`config file F is not UTF-8 text: byte 24 (line 2) is 0xe9`; `invalid value for "
+        "'--timeout': 1e+308 is not in the range 0.1<=x<=604800 seconds` (before: "
+        "`unexpected UnicodeDecodeError` / `unexpected OverflowError`, exit 1)",
+        "-",
+        "the same",
+        (
+            SMALL + "test_a_config_file_not_in_utf8_is_named_with_the_offending_byte",
+            SMALL + "test_a_timeout_too_large_to_wait_is_a_usage_error_naming_the_range",
+        ),
+    ),
+    Fault(
+        "the model of collect, episode, sft or train-wm (--policy, --model, --base) has no "
+        "chat template (a base model), or a model.safetensors of garbage bytes",
+        "1",
+        "`model directory D: its tokenizer has no chat template` (hint: use an instruct model "
+        "or add chat_template.jinja) or `model weights D/model.safetensors do not load "
+        "(Error while deserializing header: ...)`, before --out is made (before: `unexpected "
+        "ValueError` / `unexpected SafetensorError` or vLLM's `cannot fit 'int' ...`, with "
+        "--out left created); a vLLM engine names the file too",
+        "-",
+        "the same",
+        (
+            SMALL + "test_a_model_without_a_chat_template_is_refused_naming_it",
+            SMALL + "test_training_from_a_model_without_a_chat_template_is_refused",
+            SMALL + "test_garbage_weights_are_refused_naming_the_file_and_make_nothing",
+            SMALL + "test_the_engine_names_garbage_weights_before_vllm_reads_them",
+        ),
+    ),
+    Fault(
+        "a malformed `--image-map` (`--image-map python`, `a=b=c`)",
+        "2",
+        "`invalid value for '--image-map': 'python' is not SRC=DST (e.g. "
+        "python:3.13-slim=obsspec/base)` with the command's --help as hint (before: exit 1)",
+        "-",
+        "the same",
+        (SMALL + "test_a_malformed_image_map_is_a_usage_error_naming_the_flag",),
+    ),
+    Fault(
+        "`obsspec export DIR` of a directory that holds no run (empty, or the wrong one)",
+        "1",
+        "`RUN DIR: holds no run (no manifest.json or rl-run.json, no data/*.parquet)`, hint: "
+        "give the --out of `obsspec collect` or `obsspec rl` (before: `RUN: its manifest does "
+        "not name the policy whose tokenizer made its ids`)",
+        "-",
+        "the same",
+        (SMALL + "test_export_of_a_directory_without_a_run_says_so",),
+    ),
 ]

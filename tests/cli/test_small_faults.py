@@ -234,3 +234,18 @@ def test_a_malformed_image_map_is_a_usage_error_naming_the_flag(command, tmp_pat
     outcome = json.loads(result.stdout)
     assert outcome["status"] == "usage_error"
     assert "'--image-map'" in outcome["error"] and "'python' is not SRC=DST" in outcome["error"]
+
+
+# --- export of a directory that holds no run -------------------------------------------------
+def test_export_of_a_directory_without_a_run_says_so(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "sft.jsonl"
+    result = obsspec("export", str(empty), "--format", "openai-jsonl", "--out", str(out))
+    assert result.returncode == 1
+    error, hint = error_lines(result.stderr)
+    assert error == (
+        f"error: RUN {empty}: holds no run (no manifest.json or rl-run.json, no data/*.parquet)"
+    )
+    assert "obsspec collect" in hint and "manifest" not in hint
+    assert not out.exists()
