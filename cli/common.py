@@ -106,7 +106,8 @@ NetworkOption = Annotated[
     typer.Option(
         "--network",
         help="Who gets a network: none, verify (only the verifier), all (the agent too; "
-        "also a task's allow_internet under verify) \\[default: none].",
+        "also a task's allow_internet under verify) \\[default: none]. Task image builds "
+        "get one unless none.",
         case_sensitive=False,
         rich_help_panel=SANDBOX,
     ),

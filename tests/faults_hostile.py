@@ -134,6 +134,41 @@ HOSTILE_FAULTS: list[Fault] = [
         ),
     ),
     # --- task image builds ---
+    Fault(
+        "a task's Dockerfile reaches for the network, forks without end or takes all memory "
+        "(`RUN curl ...`, a fork bomb, a 400 MB allocation under `memory_mb = 128`)",
+        "3 (1 if no episode is saved)",
+        "the task is skipped: `image build failed: task <id> (<dir>): building <tag> failed: "
+        "The command ... returned a non-zero code` (under `--network none`, the hint: "
+        "`--network verify gives builds one`); the build had only loopback, the task's "
+        "cpus, memory and pids (capped by the run's ceiling); the other tasks run",
+        "a `task_skipped` line in `failures.jsonl`; the summary's `skipped_tasks`",
+        "skips it again (a build that needs the network builds under `--network verify`)",
+        (
+            "tests/environments/test_build_limits.py::test_a_build_follows_the_runs_network",
+            "tests/environments/test_build_limits.py::"
+            "test_a_build_past_its_pids_or_memory_limit_fails",
+        ),
+    ),
+    Fault(
+        "a task's build never ends (`RUN sleep infinity`), or the user stops the run (Ctrl-C, "
+        "SIGTERM) while a task image builds",
+        "3 (1 if no episode is saved); 130 / 143 when stopped",
+        "at `build_timeout_sec`: `building <tag> took over N s (build_timeout_sec) and was "
+        "stopped`, the task skipped, the run goes on; on a signal the run ends in seconds "
+        "(`interrupted: ...`), not at the end of the build step. Either way the build's "
+        "connection is cut and its step container killed and removed",
+        "a `task_skipped` line in `failures.jsonl`; manifest `interrupted` on a signal",
+        "builds it again (and stops it again at its timeout)",
+        (
+            "tests/environments/test_build_limits.py::"
+            "test_a_build_past_its_timeout_ends_then_and_leaves_no_container",
+            "tests/environments/test_build_limits.py::"
+            "test_cancelling_a_build_ends_it_at_once_and_leaves_no_container",
+            "tests/cli/test_collect_build_cli.py::"
+            "test_a_signal_during_a_task_image_build_ends_collect_in_seconds",
+        ),
+    ),
     # --- --overwrite ---
     Fault(
         "`--overwrite` given an --out that is not a run of the same command (a folder of "

@@ -164,7 +164,8 @@ class TaskAccess(StrictModel):
     network: NetworkPolicy = Field(
         default=NetworkPolicy.none,
         description="Who gets a network: none, verify (only the verifier), all (the agent "
-        "too); under verify, a task with allow_internet gives its agent one as well.",
+        "too); under verify, a task with allow_internet gives its agent one as well. "
+        "Task image builds get one unless none.",
     )
     sandbox: SandboxCeiling = Field(
         default_factory=SandboxCeiling,
