@@ -119,11 +119,13 @@ async def test_a_build_follows_the_runs_network(make_task, docker_client):
 @pytest.mark.parametrize(
     ("run", "limits"),
     [
-        ("for i in $(seq 1 100); do sleep 3 & done; wait", {"pids": 32}),
+        ("for i in $(seq 1 1000); do sleep 3 & done; wait", {"pids": 32}),
         ("python3 -c 'b = bytearray(400 * 2**20)'", {"memory_mb": 128}),
     ],
     ids=["pids", "memory"],
 )
 async def test_a_build_past_its_pids_or_memory_limit_fails(make_task, docker_client, run, limits):
+    """The pids limit lands on the step's container milliseconds after it starts (the build
+    API takes none): the loop's later forks fail. Without limits both steps succeed."""
     with pytest.raises(ImageBuildError, match="returned a non-zero code"):
         await TaskImages(docker_client).ensure(make_task(run, **limits))
