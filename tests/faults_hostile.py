@@ -139,9 +139,10 @@ HOSTILE_FAULTS: list[Fault] = [
         "(`RUN curl ...`, a fork bomb, a 400 MB allocation under `memory_mb = 128`)",
         "3 (1 if no episode is saved)",
         "the task is skipped: `image build failed: task <id> (<dir>): building <tag> failed: "
-        "The command ... returned a non-zero code` (under `--network none`, the hint: "
-        "`--network verify gives builds one`); the build had only loopback, the task's "
-        "cpus, memory and pids (capped by the run's ceiling); the other tasks run",
+        "The command ... returned a non-zero code` (under `--network none`, when the log says "
+        "a name did not resolve, the hint: `--network verify gives builds one`); the build "
+        "had only loopback, the task's cpus, memory and pids (capped by the run's ceiling); "
+        "the other tasks run",
         "a `task_skipped` line in `failures.jsonl`; the summary's `skipped_tasks`",
         "skips it again (a build that needs the network builds under `--network verify`)",
         (

@@ -50,6 +50,14 @@ NO_NETWORK_HINT = (
     "builds get no network under --network none; if a step needs one, --network verify "
     "gives builds one (the image is then kept, and runs under --network none use it)"
 )
+# What a step says when it reached for a network it lacks (apt, pip, curl, git, npm, Python's
+# socket): under --network none, such a failure gets NO_NETWORK_HINT.
+NO_NETWORK = re.compile(
+    r"Temporary failure (?:in name resolution|resolving)|Could not resolve|unable to resolve"
+    r"|Name or service not known|Network is unreachable|Failed to establish a new connection"
+    r"|EAI_AGAIN|No route to host|Failed to fetch",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -200,7 +208,8 @@ class TaskImages:
             await self._stop(stop, building, plan.tag)
             raise
         except ImageBuildError as e:
-            hint = e.hint or (None if limits.network else NO_NETWORK_HINT)
+            lacked_network = not limits.network and NO_NETWORK.search(e.with_log())
+            hint = e.hint or (NO_NETWORK_HINT if lacked_network else None)
             raise ImageBuildError(
                 f"task {task.id} ({task.path}): {e}", log_tail=e.log_tail, hint=hint
             ) from e

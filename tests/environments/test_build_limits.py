@@ -110,10 +110,13 @@ async def test_a_build_follows_the_runs_network(make_task, docker_client):
     await images.ensure(make_task(seen))
     assert any(line.startswith("interfaces:") and "eth0" in line for line in log), log
 
-    needs_network = make_task("ls /sys/class/net | grep -qv '^lo$'")
+    lookup = "python3 -c 'import socket; socket.getaddrinfo(\"deb.debian.org\", 80)'"
     with pytest.raises(ImageBuildError) as info:
-        await TaskImages(docker_client, network=NetworkPolicy.none).ensure(needs_network)
+        await TaskImages(docker_client, network=NetworkPolicy.none).ensure(make_task(lookup))
     assert "--network verify" in (info.value.hint or "")
+    with pytest.raises(ImageBuildError) as info:  # a step that fails on its own: no such hint
+        await TaskImages(docker_client, network=NetworkPolicy.none).ensure(make_task("exit 3"))
+    assert info.value.hint is None
 
 
 @pytest.mark.parametrize(
