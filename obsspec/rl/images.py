@@ -29,7 +29,7 @@ async def build_images_here(ray, config: RLConfig, tasks: list[Task]) -> dict[st
     try:
         images = await build_images(
             client, {t.id: t for t in tasks}, planned, False, emit,
-            settings.images.map, settings.network,
+            settings.images.map, settings.network, ceiling=settings.sandbox,
         )  # fmt: skip
     finally:
         client.close()
