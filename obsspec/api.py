@@ -43,7 +43,7 @@ from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
 from obsspec.environments.ceiling import SandboxCeiling, capped, within_machine
 from obsspec.environments.errors import SandboxError
 from obsspec.environments.fake_sandbox import FakeSandbox, FakeSandboxPool
-from obsspec.environments.sandbox import SandboxLimits
+from obsspec.environments.sandbox import NetworkPolicy, SandboxLimits, with_network
 from obsspec.environments.sandbox_protocol import Sandbox, SandboxProvider
 from obsspec.environments.tasks.load import load_task
 from obsspec.environments.tasks.model import Task
@@ -70,6 +70,7 @@ __all__ = [
     "FakeSandboxPool",
     "Generation",
     "LocalVLLMEngine",
+    "NetworkPolicy",
     "OpenAIEngine",
     "Sampling",
     "Sandbox",
@@ -197,13 +198,15 @@ async def docker_sandboxes(
     image_map: Mapping[str, str] | None = None,
     cpuset: str | None = None,
     ceiling: SandboxCeiling | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
 ) -> AsyncIterator[SandboxProvider]:
     """A warm pool of Docker sandboxes of `task`'s image (built if needed, cached by the task's
     content; `image_map` builds on local images where its Dockerfile says FROM a registry
     image: {"python:3.13-slim": "obsspec/base"}); every container it started is removed
     however the block ends (cpuset: the cores they run on, e.g. `placement().sandboxes`;
     default: any). The task's limits are capped by `ceiling` (default: SandboxCeiling()'s),
-    with a warning naming what was lowered:
+    with a warning naming what was lowered. `network` is the run's policy, as collect's
+    --network: who gets a network (the image's build too; default none: nothing does):
 
         async with api.docker_sandboxes(task, size=4) as sandboxes:
             trajectories = await asyncio.gather(*(speculator.play(task, sandboxes, engine,
@@ -213,9 +216,10 @@ async def docker_sandboxes(
     from obsspec.environments.pool import SandboxPool
 
     with run_scope("api") as (client, run_id):
-        image = await task_image(task, image_map=image_map)
+        network = NetworkPolicy(network)  # "verify" as well as NetworkPolicy.verify
+        image = await task_image(task, image_map=image_map, network=network)
         ceiling = within_machine(ceiling or SandboxCeiling(), client)
-        limits, lowered = capped(task.limits, ceiling)
+        limits, lowered = capped(with_network(task.limits, network), ceiling)
         if lowered:
             message = f"task {task.id} asks more than the sandbox ceiling and gets it: "
             warnings.warn(message + ", ".join(lowered), stacklevel=2)
@@ -225,15 +229,22 @@ async def docker_sandboxes(
             yield pool
 
 
-async def task_image(task: Task, *, image_map: Mapping[str, str] | None = None) -> str:
+async def task_image(
+    task: Task,
+    *,
+    image_map: Mapping[str, str] | None = None,
+    network: NetworkPolicy = NetworkPolicy.none,
+) -> str:
     """The tag of `task`'s Docker image, built from its environment/ if no image of the same
-    content exists yet (`image_map`: as for docker_sandboxes); an ImageBuildError carries the
-    build log's tail."""
+    content exists yet (`image_map`: as for docker_sandboxes; `network`: the build's RUN steps
+    get a network unless it is none, as in collect); an ImageBuildError carries the build
+    log's tail."""
     from obsspec.environments.docker_api import connect
     from obsspec.environments.tasks.images import TaskImages
 
     client = connect()
     try:
-        return await TaskImages(client, image_map=image_map).ensure(task)
+        images = TaskImages(client, image_map=image_map, network=NetworkPolicy(network))
+        return await images.ensure(task)
     finally:
         client.close()

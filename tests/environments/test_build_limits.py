@@ -119,6 +119,23 @@ async def test_a_build_follows_the_runs_network(make_task, docker_client):
     assert info.value.hint is None
 
 
+async def test_the_api_builds_and_starts_under_the_network_it_is_given(make_task, docker_client):
+    """api.task_image and api.docker_sandboxes take the run's policy as collect does: none by
+    default (the build sees only loopback), "verify" gives the build a network and the
+    sandbox the verifier's network only."""
+    from obsspec import api
+
+    seen = 'test "$(ls /sys/class/net)" = lo'  # the build fails if it has a network
+    await api.task_image(make_task(seen))
+    with pytest.raises(ImageBuildError):
+        await api.task_image(make_task(seen), network="verify")
+    task = make_task("true")
+    async with api.docker_sandboxes(task, network="verify") as sandboxes:
+        sandbox = await sandboxes.acquire()
+        assert sandbox.limits.network is NetworkPolicy.verify
+        await sandboxes.release(sandbox)
+
+
 @pytest.mark.parametrize(
     ("run", "limits"),
     [
