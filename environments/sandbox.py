@@ -32,6 +32,7 @@ from pydantic import Field
 
 from obsspec.config import StrictModel
 from obsspec.environments.archive_read import READ_CHUNK_BYTES, read_member
+from obsspec.environments.bridge import join_bridge, leave_bridge
 from obsspec.environments.deterministic_shell import (
     configured_names,
     shell_environment,
@@ -53,7 +54,6 @@ HOSTNAME = "sandbox"
 LABEL_RUN = "obsspec.run"
 LABEL_PID = "obsspec.pid"
 LABEL_HOST = "obsspec.host"
-VERIFIER_NETWORK = "bridge"  # Docker's default network: what `docker run` gives a container
 # Docker's default set minus NET_RAW, MKNOD, SETFCAP and AUDIT_WRITE: enough for a root shell
 # that installs packages, changes owners and permissions, and kills its own processes.
 KEEP_CAPABILITIES = [
@@ -314,35 +314,12 @@ class DockerSandbox:
         if self.limits.network is not NetworkPolicy.verify or self.container is None:
             yield
             return
-        await asyncio.to_thread(self._join_bridge)
+        await asyncio.to_thread(join_bridge, self.client.api, self.container.id)
         try:
             yield
         finally:
             if self.container is not None:
-                await asyncio.to_thread(self._leave_bridge)
-
-    def _join_bridge(self) -> None:
-        import docker.errors
-
-        api = self.client.api
-        with contextlib.suppress(docker.errors.APIError):  # already left it (a 2nd verifier)
-            api.disconnect_container_from_network(self.container.id, "none")
-        try:
-            api.connect_container_to_network(self.container.id, VERIFIER_NETWORK)
-        except docker.errors.APIError as e:
-            raise SandboxError(
-                f"cannot give the verifier a network ({VERIFIER_NETWORK}): {e.explanation}"
-            ) from e
-
-    def _leave_bridge(self) -> None:
-        import docker.errors
-
-        try:
-            self.client.api.disconnect_container_from_network(self.container.id, VERIFIER_NETWORK)
-        except docker.errors.NotFound:
-            pass  # the container is gone
-        except docker.errors.APIError as e:
-            raise SandboxError(f"cannot take the network away again: {e.explanation}") from e
+                await asyncio.to_thread(leave_bridge, self.client.api, self.container.id)
 
     async def upload(self, source: Path, dest_dir: str) -> None:
         """Copy a local file or directory tree into dest_dir (created if needed)."""
