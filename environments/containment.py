@@ -7,8 +7,11 @@ then time out falsely, and their observations fill with `fork: retry: Resource t
 unavailable`. So on a timeout KILL_ALL, run in a second exec, freezes (SIGSTOP) and then
 kills (SIGKILL) every process of the container except:
 
-- PID 1 (docker-init) and the entrypoint it started with the container (its oldest child,
-  started within a second of it): without them the container stops;
+- PID 1 (docker-init) and the entrypoint it started with the container: without them the
+  container stops. The entrypoint is init's oldest child, found by a scan before the first
+  round; not by how soon after init it started (the first design spared children of init
+  started within a second of it: under load the entrypoint itself started later than that,
+  was killed, and the container stopped under the verifier that came next);
 - processes whose parent is outside the container (parent pid 0): what `docker exec`
   started, i.e. the persistent shell, this killer, and any other shell of the driver.
 
@@ -46,26 +49,27 @@ now; end=$((t + $3 * 1000000))
 if [[ -n $shell ]]; then  # first of all: the shell starts nothing more
   if [[ $mode == kill ]]; then kill -KILL "$shell"; else kill -STOP "$shell"; fi 2>/dev/null
 fi
-pstat 1; init_start=$start entry= entry_start= entry_known=
+entry= entry_start=
+for d in /proc/[0-9]*; do  # the entrypoint: init's oldest child (an orphan is younger)
+  p=${d#/proc/}
+  pstat "$p" && [[ $ppid == 1 && $state != [ZX] ]] || continue
+  if [[ -z $entry ]] || ((start < entry_start || (start == entry_start && p < entry))); then
+    entry=$p entry_start=$start
+  fi
+done
 declare -A seen=()
 left=0
 while :; do
-  victims=() candidates=0
+  victims=()
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     [[ $p == 1 || $p == "$$" || $p == "$entry" || $p == "$shell" ]] && continue
     pstat "$p" || continue
     [[ $state == [ZX] || $ppid == 0 ]] && continue
-    if [[ -z $entry_known && $ppid == 1 ]] && ((start - init_start < 100)); then
-      # the entrypoint (the oldest such), or an orphan as old: told apart after this round
-      if [[ -z $entry ]] || ((start < entry_start)); then entry=$p entry_start=$start; fi
-      ((++candidates)); continue
-    fi
     kill -STOP "$p" 2>/dev/null  # at once: frozen, it forks no more and takes no CPU from us
     victims+=("$p")
   done
-  entry_known=1
-  ((${#victims[@]} || candidates > 1)) || break
+  ((${#victims[@]})) || break
   kill -KILL "${victims[@]}" 2>/dev/null
   for p in "${victims[@]}"; do seen[$p]=1; done
   now

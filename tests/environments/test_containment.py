@@ -138,3 +138,44 @@ async def test_no_job_notice_reaches_the_next_observation(sandbox):
     await asyncio.sleep(2)
     after_background_oom = await sandbox.run(probe)
     assert (after_background_oom.stdout, after_background_oom.stderr) == expected
+
+
+PROCESSES = r"""for d in /proc/[0-9]*; do
+  read -r l < $d/stat 2>/dev/null || continue; f=(${l##*) }); echo ${d#/proc/} ${f[1]} ${f[19]}
+done"""
+
+
+def processes(container) -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time in clock ticks) of every process in the container."""
+    output = container.exec_run(["bash", "-c", PROCESSES]).output.decode()
+    rows = (line.split() for line in output.splitlines())
+    return {int(pid): (int(ppid), int(start)) for pid, ppid, start in rows}
+
+
+async def test_an_entrypoint_that_started_late_is_spared(docker_client, base_image, run_id):
+    """Under load the entrypoint can start seconds after init (here: a 1% CPU quota delays
+    init's fork by 2-3 s). The killer tells it apart as init's oldest child, whenever it
+    started: killing it would stop the container under the verifier that comes next."""
+    from obsspec.environments.containment import kill_all_command, parse_report
+    from obsspec.environments.sandbox import run_labels
+
+    container = docker_client.containers.run(
+        base_image, ["infinity"], entrypoint=["sleep"], detach=True, init=True,
+        cpu_period=100_000, cpu_quota=1_000, labels=run_labels(run_id),
+    )  # fmt: skip
+    try:
+        children: list[int] = []
+        for _ in range(100):  # wait for the slow entrypoint to exist
+            table = processes(container)
+            children = [pid for pid, (ppid, _) in table.items() if ppid == 1]
+            if children:
+                break
+            await asyncio.sleep(0.2)
+        assert table[children[0]][1] - table[1][1] > 100  # it started over a second late
+        container.update(cpu_quota=100_000, cpu_period=100_000)  # the killer at full speed
+        _, output = container.exec_run(kill_all_command(0, keep_shell=False, budget_s=5))
+        container.reload()
+        assert container.status == "running", output
+        assert parse_report(output).left == 0
+    finally:
+        container.remove(force=True)
