@@ -223,15 +223,20 @@ class DockerSandbox:
         import docker.errors
 
         def create(**disk):
-            return self.client.containers.run(
+            container = self.client.containers.create(
                 self.image,
                 entrypoint=["sleep", "infinity"],
                 command=[],
-                detach=True,
                 stdin_open=False,
                 **container_options(self.limits, self.run_id),
                 **disk,
             )
+            try:  # a container that cannot start (no `sleep` in the image) must not be left
+                container.start()
+            except docker.errors.APIError:
+                remove_container(container)
+                raise
+            return container
 
         try:
             container, self.disk_quota = create_limited(self.client, create, self.limits.disk_mb)

@@ -177,3 +177,16 @@ async def test_a_one_off_exec_past_its_timeout_is_a_sandbox_error(sandbox):
         await sandbox.exec_oneoff(["sleep", "5"], timeout_s=0.5)
     result = await sandbox.run("echo still here", timeout_s=10)
     assert result.stdout == "still here\n"
+
+
+async def test_a_sandbox_docker_refuses_is_an_error_and_leaves_no_container(
+    docker_client, base_image, run_id
+):
+    """Docker refuses the sandbox (cores this machine does not have): a SandboxError naming
+    why, and no container of the run is left for `env gc`."""
+    limits = SandboxLimits(cpuset="999")
+    with pytest.raises(SandboxError, match="cannot start a sandbox"):
+        async with DockerSandbox(docker_client, base_image, limits, run_id=run_id):
+            pass
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    assert left == []

@@ -96,7 +96,7 @@ def test_the_driver_warns_once_per_run_however_many_steps_drop(tmp_path):
 
     events = []
     config = RLConfig(tasks="t", out=tmp_path, engine={"max_model_len": 2048})
-    loop = Loop(config, RLRunDir(tmp_path), events.append, 0, None)
+    loop = Loop(config, RLRunDir(tmp_path), events.append, 0, None, {"t": "hash"})
     for step, wm in ((1, {**WM, "wm_dropped_too_long": 0}), (2, WM), (3, WM), (4, None)):
         loop.step = step
         loop.warn_too_long(wm)
