@@ -193,20 +193,23 @@ async def test_high_priority_skips_the_queue(tiny_engine, tiny_model_dir):
     assert ttft(late) > 3 * ttft(urgent)
 
 
-async def test_cancelled_request_does_not_slow_the_next(tiny_engine, tiny_model_dir):
+async def test_a_cancelled_request_leaves_the_engine(tiny_engine, tiny_model_dir):
+    """Cancelling a generation aborts it in vLLM: the engine holds no unfinished request
+    after it, where one left running would decode its 900 tokens beside the next requests.
+    (This was a timed assert, after < 1.5 x alone, which a loaded CI machine failed: 0.96 s
+    against 0.48 s.)"""
     prompt = chat_ids(tiny_model_dir, "df -h")
-    sampling = Sampling(max_tokens=64, temperature=1.0, seed=11)
-    await tiny_engine.generate(prompt, sampling)  # warm
-    alone = (await tiny_engine.generate(prompt, sampling)).timings.total_s
+    await tiny_engine.generate(prompt, Sampling(max_tokens=8))  # warm
+    llm = tiny_engine._llm  # vLLM's AsyncLLM: its own count of unfinished requests
     long = asyncio.create_task(
         tiny_engine.generate(prompt, Sampling(max_tokens=900, temperature=1.0, seed=12))
     )
     await asyncio.sleep(0.3)
+    assert not long.done() and llm.get_num_unfinished_requests() == 1
     long.cancel()
-    after = (await tiny_engine.generate(prompt, sampling)).timings.total_s
     with pytest.raises(asyncio.CancelledError):
         await long
-    assert after < 1.5 * alone + 0.2
+    assert llm.get_num_unfinished_requests() == 0
 
 
 async def test_seeded_requests_with_long_prompts_all_complete(tiny_engine, tiny_model_dir):
