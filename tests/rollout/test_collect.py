@@ -113,7 +113,7 @@ async def test_infrastructure_failures_are_retried_recorded_and_left_for_a_rerun
         ("greet-broken", 1, False),
         ("greet-broken", 2, True),
     ]
-    assert "not running" in failures[0]["error"]  # its entrypoint could not start
+    assert "shell" in failures[0]["error"]  # its shell could not start: the container ended
 
 
 async def test_broken_task_is_skipped_and_others_run(tmp_path, settings, base_image):
