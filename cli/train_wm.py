@@ -67,6 +67,17 @@ def train_wm(
     model: Annotated[
         str | None, typer.Option("--model", help="World model to evaluate (with --eval-only).")
     ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            "--layers",
+            min=2,
+            metavar="K",
+            help="Start from K of --base's decoder layers: the first, the last and evenly "
+            "spaced ones between (a world model a fraction of the policy's cost) "
+            "\\[default: all].",
+        ),
+    ] = None,
     epochs: EpochsOption = None,
     lr: LrOption = None,
     batch_tokens: BatchTokensOption = None,
@@ -138,6 +149,8 @@ def train_wm(
     check_push(push_to_hub)  # before any work
     if wandb_project and eval_only:
         raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
+    if layers is not None and eval_only:
+        raise ConfigError("--layers chooses the layers training starts from: not with --eval-only")
     if gates and not eval_only:
         raise ConfigError(
             "--fail-under/--fail-over gate an evaluation: use them with --eval-only "
@@ -173,6 +186,7 @@ def train_wm(
     flags = {
         **split,
         "base": base,
+        "layers": layers,
         "out": out_dir,
         "resume": resume or None,
         "overwrite": overwrite or None,

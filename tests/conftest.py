@@ -141,6 +141,15 @@ def tiny_model_dir(default_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def deep_tiny_model_dir(default_model_dir, tmp_path_factory) -> Path:
+    """A tiny model with 4 layers: enough to take some of them (`train-wm --layers`)."""
+    from obsspec.models.tiny import TinyShape, make_tiny_model
+
+    out = tmp_path_factory.mktemp("models") / "tiny-4-layers"
+    return make_tiny_model(default_model_dir, out, TinyShape(layers=4))
+
+
+@pytest.fixture(scope="session")
 async def tiny_engine(tiny_model_dir):
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 

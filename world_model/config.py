@@ -4,6 +4,7 @@ of the world model's co-training inside `obsspec rl`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -47,6 +48,17 @@ class EvalSettings(StrictModel):
 
 class TrainWMConfig(SplitSettings):
     base: str = Field(description="Model name or HF directory to start from.")
+    layers: int | None = Field(
+        default=None,
+        ge=2,
+        description="Start from this many of the base model's decoder layers (a world model "
+        "a fraction of the policy's cost; obsspec.models.depth) [default: all].",
+    )
+    layer_choice: Literal["even", "bottom"] = Field(
+        default="even",
+        description="Which layers --layers keeps: `even` (the first, the last and evenly "
+        "spaced ones between) or `bottom` (the first K-1 and the last).",
+    )
     out: Path = Field(description="Directory for the trained world model.")
     resume: bool = Field(default=False, description="Continue from OUT's last checkpoint.")
     overwrite: bool = Field(default=False, description="Replace a model already in OUT.")
@@ -108,4 +120,12 @@ class CotrainSettings(StrictModel):
         default=False,
         description="Recompute each decoder layer's activations in the backward pass; less "
         "memory, about a third more compute.",
+    )
+    overlap: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="on: each step's world-model update runs during the next step's rollout "
+        "(the world-model engine one update behind; lossless: only exact predictions are "
+        "kept); off: it runs beside the policy update and both are synced before the next "
+        "rollout; auto: on, unless the co-trainer may share a GPU with an engine "
+        "(obsspec.rl.cotrain_overlap).",
     )

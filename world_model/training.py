@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from obsspec.errors import ConfigError
+from obsspec.models.depth import shallow_model
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
 from obsspec.tracking import config_logger, require_wandb
@@ -55,6 +56,16 @@ def check_split(data: WorldModelData, config: TrainWMConfig) -> None:
     )
 
 
+def starting_model(config: TrainWMConfig, base: Path, models_dir: Path, note: Note):
+    """The model training starts from: the base, or its --layers K copy (made once, kept
+    beside the models), and that copy's description (None for the base)."""
+    if config.layers is None:
+        return base, None
+    shallow = shallow_model(base, config.layers, models_dir, config.layer_choice)
+    note(f"starting from {len(shallow.kept)} of the base's {shallow.of} layers: {shallow.kept}")
+    return shallow.path, shallow
+
+
 def train_world_model(
     config: TrainWMConfig,
     models_dir: Path,
@@ -77,6 +88,7 @@ def train_world_model(
     if not data.train:
         raise ConfigError("--data: every task fell on the held-out side; nothing to train on")
     packed, held_out = packings(data, config.train)
+    start, shallow = starting_model(config, base, models_dir, note)
     note(
         f"{data.report.examples} turns from {data.report.episodes} episodes: "
         f"{len(data.train)} to train on ({len(packed.sequences)} sequences, "
@@ -88,8 +100,13 @@ def train_world_model(
         overwrite=config.overwrite,
         resume=config.resume,
         command="train-wm",
-        inputs={"--data": config.data, "--eval-data": config.eval_data, "--base": base},
-        base=base,
+        inputs={
+            "--data": config.data,
+            "--eval-data": config.eval_data,
+            "--base": base,
+            "--layers": shallow and shallow.path,
+        },
+        base=start,
         sequences=packed.sequences,
         settings=config.train,
         held_out=held_out.sequences,
@@ -99,6 +116,7 @@ def train_world_model(
     record = {
         "kind": "world_model",
         "base": str(base),
+        "layers": shallow and shallow.as_dict(),
         "config": config.model_dump(mode="json"),
         "data": data.report.as_dict() | {"too_long": packed.too_long},
         "trained_task_hashes": sorted({e.context.task_hash for e in data.train}),

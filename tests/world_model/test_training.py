@@ -94,15 +94,18 @@ def test_evaluation_leaves_out_the_tasks_the_model_learned(builder, tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir, tmp_path):
+def test_train_serve_and_evaluate_from_the_command_line(
+    builder, tiny_model_dir, deep_tiny_model_dir, tmp_path
+):
+    """Trained from 3 of a 4-layer model's layers (--layers): vLLM serves the result."""
     train_run = make_run(tmp_path / "train", builder, TRAIN_TASKS, episodes=2)
     eval_run = make_run(tmp_path / "eval", builder, ["e-000", "f-000"], episodes=2)
     out, wandb_dir = tmp_path / "wm", tmp_path / "wandb"
     wandb_dir.mkdir()
     trained = obsspec(
         "train-wm", "--data", str(train_run), "--eval-data", str(eval_run),
-        "--base", str(tiny_model_dir), "--out", str(out), "--epochs", "2", "--lr", "1e-3",
-        "--wandb-project", "obsspec-test", "--json", timeout=900,
+        "--base", str(deep_tiny_model_dir), "--layers", "3", "--out", str(out),
+        "--cache-dir", str(tmp_path / "cache"), "--epochs", "2", "--lr", "1e-3", "--wandb-project", "obsspec-test", "--json", timeout=900,
         env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir)},
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -122,6 +125,8 @@ def test_train_serve_and_evaluate_from_the_command_line(builder, tiny_model_dir,
     # one name, one meaning: the world model alone over every turn, under both names
     assert evaluation["match_rate_wm"] == evaluation["exact_match_rate"]
     record = json.loads((out / "obsspec-train.json").read_text())
+    assert (record["layers"]["kept"], record["layers"]["of"]) == ([0, 2, 3], 4)
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 3
     assert sorted(record["trained_task_hashes"]) == sorted(task_hash(t) for t in TRAIN_TASKS)
 
     again = obsspec(
