@@ -1,5 +1,6 @@
 """The roles of an RL run as Ray actors, and where they are placed.
 
+    async with ray_session(config) as ray:   # Ray started (or joined), its GPUs checked
     roles = await Roles.start(ray, config, models_dir, tasks, restore)
     roles.workers        rollout workers: a policy engine, a world-model engine, sandboxes
     roles.trainer_ranks  the policy trainer (torch): one process, or FSDP2 ranks acting as one
@@ -7,13 +8,15 @@
     roles.wm_trainer     the world-model co-trainer (None when co-training is off)
 
     roles.where()        which node each actor runs on (one line, for the run's output)
+    await roles.stop(ray)  engines and containers closed, every actor killed
 
 Every role runs in a Ray placement group reserved first (obsspec.rl.placement): a trainer
 whose ranks cannot all be placed, or a role no node can hold, is a ClusterError after
 `placement_timeout_s`, never a wait for ever. On a CPU machine every role shares the CPUs
 (each bundle holds a token share, so any number fit); on a cluster each takes the GPUs
-`placement` gives it. The trainers run torch on all the node's cores: in the synchronous step
-they train while the engines are idle.
+`placement` gives it. The trainers run torch on all the node's cores: the policy trainer
+while the engines are idle; the co-trainer too when co-training is synchronous, and during
+the next rollout when it runs one step behind (obsspec.rl.cotrain_overlap).
 
 A sharded policy trainer's ranks meet at a TCPStore that rank 0 opens on a port the OS picks
 and holds until the process group ends, so no other process can take the port between the
@@ -25,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -34,6 +39,7 @@ from obsspec.errors import ClusterError
 from obsspec.rl.config import RLConfig
 from obsspec.rl.placement import ROLLOUT, TRAINER, WM_TRAINER, Placed, plan_groups, reserve
 from obsspec.rl.rollout import Restore, RolloutWorker
+from obsspec.rollout.ray_workers import init_ray
 
 STORE_TIMEOUT_S = 300  # ranks wait this long for each other at the rendezvous
 
@@ -225,6 +231,31 @@ def check_gpus(config: RLConfig, have: float) -> None:
         )
 
 
+@contextlib.asynccontextmanager
+async def ray_session(config: RLConfig):
+    """Ray for the run: a local cluster started here (and shut down after), or the one at
+    `ray_address`; either way checked to have the GPUs the placement asks for."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here and config.placement.ray_address is None:
+        check_gpus(config, local_gpus())  # before starting a cluster that cannot fit the run
+    if started_here:
+        address = config.placement.ray_address
+        previous = signal.getsignal(signal.SIGTERM)
+        init_ray(address, num_cpus=None if address else config.placement.num_cpus)
+        # Ray's driver handler exits on SIGTERM at once, leaving engines and containers
+        # behind; the caller's (the CLI cancels the run: everything is stopped) comes back.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+    try:
+        check_gpus(config, ray.cluster_resources().get("GPU", 0))
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
 @dataclass
 class Roles:
     workers: list
@@ -319,6 +350,17 @@ class Roles:
 
     def all(self) -> list:
         return [*self.workers, *self.trainers()]
+
+    async def stop(self, ray) -> None:
+        """Engines and containers stopped cleanly where possible, then every actor killed."""
+        closing = [w.close.remote() for w in self.workers]
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 120)
+        for actor in self.all():
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self.release(ray)
+        self.end_orphaned_engines()
 
     def end_orphaned_engines(self) -> None:
         """Engine processes of workers on this host that are still alive once the workers are

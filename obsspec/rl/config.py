@@ -345,9 +345,10 @@ class RLConfig(RolloutSettings):
             "seed": self.seed,
             "limits": self.limits.model_dump(mode="json"),
             "grpo": self.grpo_identity(),
-            # max_len resolved; recomputation is memory, not what is learned
+            # max_len resolved; recomputation is memory and overlap is timing (the engine one
+            # update behind speculates, which is lossless), not what is learned
             "cotrain": self.cotrain_settings.model_dump(
-                mode="json", exclude={"activation_checkpointing"}
+                mode="json", exclude={"activation_checkpointing", "overlap"}
             ),
             **self.network_identity(),
             **task_digest,

@@ -10,12 +10,17 @@
         rollout   the step's groups across the rollout workers, speculative unless told not
                   to (or in the co-training warm-up); infrastructure failures are retried,
                   then their groups masked
-        train     the policy's GRPO update and the world model's co-training, side by side
-        sync      both trainers' weights into every engine in place (through Ray's object
-                  store, or a directory: [rl.sync]), then the policy engines checked
-                  against the trainer (obsspec.rl.weight_sync)
+        train     the policy's GRPO update; the world model's co-training on the step's
+                  rows beside it (synchronous), or, one step behind (the default where it
+                  fits: [rl.cotrain] overlap), the previous step's update, which ran during
+                  this rollout, awaited first (obsspec.rl.cotrain_overlap)
+        sync      the policy's weights, and the world model's when an update finished, into
+                  every engine in place (through Ray's object store, or a directory:
+                  [rl.sync]), then the policy engines checked against the trainer
+                  (obsspec.rl.weight_sync); behind, the step's world-model update starts
         record    one metrics row (metrics.jsonl, TensorBoard, W&B when asked for); a
-                  checkpoint every N steps
+                  checkpoint every N steps, after the world-model update in flight finished
+                  and was synced
     stop the roles (engines, containers) and Ray, whatever ended the run
 
 A step is all or nothing: its metrics row is written after it finished, and checkpoints are
@@ -27,8 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -36,12 +39,13 @@ from pathlib import Path
 
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.models.registry import resolve_model
-from obsspec.rl.actors import Roles, check_gpus, local_gpus
+from obsspec.rl.actors import Roles, ray_session
 from obsspec.rl.config import RLConfig
+from obsspec.rl.cotrain_overlap import WorldModelUpdates, cotrain_overlap
 from obsspec.rl.curves import write_curves
 from obsspec.rl.events import Event, Note, Phase, RolloutProgress, RunStarted, StepDone
 from obsspec.rl.images import build_images_here
-from obsspec.rl.metrics import StepTimes, TensorBoard, step_row, too_long_warning
+from obsspec.rl.metrics import CotrainTiming, StepTimes, TensorBoard, step_row, too_long_warning
 from obsspec.rl.rollout import EpisodeSpec
 from obsspec.rl.run_files import RLRunDir
 from obsspec.rl.steps import build_batch, plan_step
@@ -49,7 +53,7 @@ from obsspec.rl.weight_sync import EngineSync
 from obsspec.rollout.cores import CorePlan
 from obsspec.rollout.dataset import trajectory_row
 from obsspec.rollout.plan import load_task_set
-from obsspec.rollout.ray_workers import actor_result, init_ray
+from obsspec.rollout.ray_workers import actor_result
 from obsspec.rollout.rundir import now
 from obsspec.rollout.speculation import check_world_model
 from obsspec.tracking import WandbLogger, require_wandb, wandb_logger
@@ -103,29 +107,6 @@ async def run_rl(config: RLConfig, models_dir: Path, on_event: OnEvent = lambda 
     return state.summary()
 
 
-@contextlib.asynccontextmanager
-async def ray_session(config: RLConfig):
-    import ray
-
-    started_here = not ray.is_initialized()
-    if started_here and config.placement.ray_address is None:
-        check_gpus(config, local_gpus())  # before starting a cluster that cannot fit the run
-    if started_here:
-        address = config.placement.ray_address
-        previous = signal.getsignal(signal.SIGTERM)
-        init_ray(address, num_cpus=None if address else config.placement.num_cpus)
-        # Ray's driver handler exits on SIGTERM at once, leaving engines and containers
-        # behind; the caller's (the CLI cancels the run: everything is stopped) comes back.
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
-    try:
-        check_gpus(config, ray.cluster_resources().get("GPU", 0))
-        yield ray
-    finally:
-        if started_here:
-            ray.shutdown()
-
-
 class Loop:
     """The step loop's state: where it is, what it has written."""
 
@@ -145,6 +126,8 @@ class Loop:
         self.last_row: dict | None = None
         self.step = done + 1
         self.warned_too_long = False  # co-training's dropped examples: warned once per run
+        self.wm = WorldModelUpdates(cotrain_overlap(config))
+        self.syncer: EngineSync  # made by `run`: its calls need Ray
 
     def begin(self, tasks: int) -> None:
         """The manifest of the run (a resumed one keeps its run id and creation time)."""
@@ -158,6 +141,7 @@ class Loop:
             "config": config.model_dump(mode="json"),
             "status": "running",
             "steps_done": self.done,
+            "cotrain_overlap": self.wm.behind,  # one step behind the rollout (None: no co-training)
         }
         self.run_dir.write_manifest(self.manifest)
         workers = config.placement.rollout_workers
@@ -176,7 +160,10 @@ class Loop:
 
     async def run(self, ray, models_dir: Path, tasks, bases, wandb: WandbLogger | None) -> None:
         if self.checkpoint is not None:
-            self.version = self.read_version()
+            self.read_checkpoint_state()
+        self.syncer = EngineSync(
+            self.config.sync, self.run_dir.sync, lambda aw, role: self.call(ray, aw, role)
+        )
         skipped = await build_images_here(ray, self.config, tasks)
         tasks = [t for t in tasks if t.id not in skipped]
         roles, skipped_there = await self.call(
@@ -207,13 +194,15 @@ class Loop:
         finally:
             if board is not None:
                 board.close()
-            await stop_roles(ray, roles)
+            await roles.stop(ray)
+            await self.wm.abandon()  # stopped with an update in flight: its actor is gone
 
-    def read_version(self) -> int:
+    def read_checkpoint_state(self) -> None:
         from obsspec.runs import read_json_object
 
         state = read_json_object(self.checkpoint / "driver.json", flag="--resume")
-        return int(state.get("weight_version", self.done))
+        self.version = int(state.get("weight_version", self.done))
+        self.wm.restore(state.get("pending_wm_stats"))
 
     async def one_step(self, ray, roles: Roles, runnable: list[str], index: int) -> dict:
         config = self.config
@@ -232,30 +221,32 @@ class Loop:
                 "then rerun with --resume",
             )
         self.on_event(Phase(self.step, "train"))
-        syncer = EngineSync(
-            config.sync, self.run_dir.sync, lambda aw, role: self.call(ray, aw, role)
-        )
-        probe = await syncer.probe_before(roles, batch.episodes)
+        wm, call = self.wm, self.syncer.call
+        wm_wait_s = await wm.wait(call) if wm.behind else None  # the previous step's update
+        probe = await self.syncer.probe_before(roles, batch.episodes)
         rows = [t.to_dict() for t in batch.trajectories]
-        updates = [roles.on_trainer("update", batch.episodes, index)]
-        if roles.wm_trainer is not None:
-            updates.append(roles.wm_trainer.update.remote(rows))
-        results = await self.call(ray, asyncio.gather(*updates), "a trainer")
-        policy_stats, wm_stats = results[0], (results[1] if len(results) > 1 else None)
-        self.warn_too_long(wm_stats)
+        wm.launch_if_ready(roles.wm_trainer, rows, self.step)  # beside the policy update
+        update = roles.on_trainer("update", batch.episodes, index)
+        policy_stats = await self.call(ray, update, "a trainer")
+        if not wm.behind:
+            wm_wait_s = await wm.wait(call)  # this step's, trained beside the policy
         trained = time.monotonic()
         self.on_event(Phase(self.step, "sync"))
         changed = policy_stats["trained_episodes"] > 0
         self.version += changed  # one weight version per update applied
-        checked = await syncer.sync(
+        checked = await self.syncer.sync(
             roles,
             self.version,
             policy_changed=changed,
-            world_model=True,
+            world_model=wm.unsynced,
             before=probe,
             step=self.step,
         )
+        wm.synced()
+        wm.launch_if_ready(roles.wm_trainer, rows, self.step)  # behind: once its weights left
         synced = time.monotonic()
+        wm_stats, trained_on = wm.report()
+        self.warn_too_long(wm_stats)
         times = StepTimes(rolled - started, trained - rolled, synced - trained, synced - started)
         self.run_dir.write_episodes(self.step, self.episode_rows(played, index))
         row = step_row(
@@ -266,6 +257,7 @@ class Loop:
             times,
             speculate=speculate,
             weight_version=self.version,
+            cotrain=CotrainTiming(wm.behind, trained_on, wm_wait_s),
         )
         return row | {"sync_check_error": None, "sync_check_shift": None} | checked
 
@@ -321,6 +313,7 @@ class Loop:
 
     async def save_checkpoint(self, ray, roles: Roles) -> None:
         self.on_event(Phase(self.step, "checkpoint"))
+        await self.settle_world_model(roles)
         tmp = self.run_dir.checkpoint_tmp(self.step)
         saves = [roles.on_trainer("save", tmp / "policy")]
         if roles.wm_trainer is not None:
@@ -331,6 +324,7 @@ class Loop:
             "identity": self.identity,
             "data_cursor": self.step * self.config.grpo.tasks_per_step,
             "weight_version": self.version,
+            "pending_wm_stats": self.wm.state(),  # the update a row after this one reports
             "saved_at": now(),
         }
         keep = self.config.keep_checkpoints
@@ -338,6 +332,17 @@ class Loop:
         write_curves(self.run_dir.read_metrics(), self.run_dir.root / "curves.png")
         self.manifest["last_checkpoint"] = self.checkpoint.name
         self.run_dir.write_manifest(self.manifest)
+
+    async def settle_world_model(self, roles: Roles) -> None:
+        """The world-model update in flight (behind) finished and its weights in the engines,
+        so that the checkpoint holds what they serve and a resume goes on from the same."""
+        await self.wm.wait(self.syncer.call)
+        if self.wm.unsynced:
+            await self.syncer.sync(
+                roles, self.version, policy_changed=False, world_model=True, before=None,
+                step=self.step,
+            )  # fmt: skip
+            self.wm.synced()
 
     def record(self, row: dict, writers: list[TensorBoard | WandbLogger]) -> None:
         self.run_dir.append_metrics(row)
@@ -383,15 +388,3 @@ class Loop:
             "last": self.last_row,
             "placement": self.manifest.get("placement"),
         }
-
-
-async def stop_roles(ray, roles: Roles) -> None:
-    """Engines and containers stopped cleanly where possible, then every actor killed."""
-    closing = [w.close.remote() for w in roles.workers]
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 120)
-    for actor in roles.all():
-        with contextlib.suppress(Exception):
-            ray.kill(actor)
-    roles.release(ray)
-    roles.end_orphaned_engines()

@@ -8,6 +8,16 @@ The three match rates are those of obsspec.speculation.totals, over the step's t
 `spec_match_rate_wm` (the world model alone, first guess: the paper's figure),
 `spec_match_rate_attempted` (any source, any guess; `spec_match_rate` is the same figure under
 its older name) and `spec_match_rate_used` (guesses that arrived in time).
+
+The `wm_*` figures are those of the world model's co-training update that the step reports
+(obsspec.rl.cotrain_overlap): synchronous (`cotrain_overlap` false), the step's own update, on
+its own rows; one step behind (`cotrain_overlap` true), the update that finished during the
+step, trained on the previous step's rows while this one rolled out, so step 1 has none (null)
+and the step after a checkpoint reports the update the checkpoint awaited. `wm_trained_on_step`
+names the step whose rows it learned (the row's step when synchronous; null when none
+finished); `wm_wait_s` is how long the step waited on co-training alone: behind, after its
+rollout, for the update still running; synchronous, after its policy update (null when it
+awaited none).
 """
 
 from __future__ import annotations
@@ -22,9 +32,25 @@ from obsspec.speculation.totals import SpeculationTotals
 @dataclass(frozen=True)
 class StepTimes:
     rollout_s: float
-    train_s: float  # policy update and world-model update, which run side by side
+    train_s: float  # the policy update, and the world-model update or the wait for it
     sync_s: float  # weights saved and reloaded into every engine
     step_s: float
+
+
+@dataclass(frozen=True)
+class CotrainTiming:
+    """When the row's world-model update ran (see the module docstring)."""
+
+    overlap: bool | None = None  # one step behind the rollout; None without co-training
+    trained_on_step: int | None = None  # the step whose rows the reported update learned
+    wait_s: float | None = None  # seconds the step waited on co-training alone
+
+    def figures(self) -> dict:
+        return {
+            "cotrain_overlap": self.overlap,
+            "wm_trained_on_step": self.trained_on_step,
+            "wm_wait_s": self.wait_s,
+        }
 
 
 def matches_by_source(batch: StepBatch) -> dict[str, int]:
@@ -102,6 +128,7 @@ def step_row(
     *,
     speculate: bool,
     weight_version: int,
+    cotrain: CotrainTiming = CotrainTiming(),  # frozen: one shared default is safe
 ) -> dict:
     rewards = batch.rewards
     totals = step_totals(batch)
@@ -128,6 +155,7 @@ def step_row(
         "sync_seconds": times.sync_s,
         **speculation_work(totals, speculate=speculate),
         **world_model_data(wm),
+        **cotrain.figures(),
         # beyond the required keys
         "step_seconds": times.step_s,
         "speculated": speculate,

@@ -7,7 +7,8 @@
     OUT/curves.png                        reward, match rate, losses, seconds per step
     OUT/sync/{policy,world_model}/        the weights the engines last reloaded
     OUT/checkpoints/step-00000005/        policy/{model,trainer.pt}, world_model/{...},
-                                          driver.json (step, identity, data cursor)
+                                          driver.json (step, identity, data cursor, the
+                                          world-model update a row has yet to report)
     OUT/.lock                             held (flock) by the process running the run
 
 A checkpoint is written under a temporary name and renamed when whole, and a step's episodes
@@ -77,6 +78,10 @@ METRIC_KEYS = (
     "wm_examples_used",
     "wm_dropped_too_long",
     "wm_skipped_turns",
+    # when co-training ran: one step behind the rollout or not (obsspec.rl.cotrain_overlap)
+    "cotrain_overlap",
+    "wm_trained_on_step",
+    "wm_wait_s",
 )
 
 
