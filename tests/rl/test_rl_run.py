@@ -1,12 +1,14 @@
 """`obsspec rl` end to end: Ray, two real vLLM engines, real sandboxes, both trainers.
 
-Two runs of the smoke config (tiny warm-started policy, 3 steps) serve every test here, since
+Three runs of the smoke config (tiny warm-started policy, 3 steps) serve every test here, since
 each run costs minutes: the reference runs uninterrupted with its policy trainer sharded over
-two ranks (FSDP2 on gloo); the other runs the config as shipped (one trainer process), is
+two ranks (FSDP2 on gloo) and a checkpoint every 2 steps, co-training one step behind the
+rollout (the default on CPUs); the second runs the config as shipped (one trainer process), is
 stopped during step 2 by a killed rollout worker and resumed. Both must finish complete, the
 same steps within float rounding (one process learns what two ranks learn, and a resume
 repeats what was not finished); the second logs to W&B too, offline, its resume to the same W&B
-run. Faults that stop a run before its first step run on their own.
+run. The third is the reference with synchronous co-training: the same policy updates, the
+same world model at the end. Faults that stop a run before its first step run on their own.
 """
 
 from __future__ import annotations
@@ -55,18 +57,37 @@ def metrics(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def reference_run(rl_tasks, warm_tiny_policy, tmp_path_factory) -> Path:
-    """The smoke config, uninterrupted, its policy trainer sharded over two ranks."""
-    root = tmp_path_factory.mktemp("rl")
-    config = root / "sharded.toml"
-    text = EXAMPLE.read_text()
+def sharded_config(tmp_path_factory) -> Path:
+    """The smoke config, its policy trainer sharded over two ranks; a checkpoint every 2 steps,
+    so that step 1's world-model update runs during step 2's rollout (a checkpoint awaits it)."""
+    config = tmp_path_factory.mktemp("rl") / "sharded.toml"
+    text = EXAMPLE.read_text().replace("checkpoint_every = 1", "checkpoint_every = 2")
     config.write_text(text.replace("rollout_workers = 1", "rollout_workers = 1\ntrainer_ranks = 2"))
-    out = root / "reference"
-    result = rl(rl_tasks, warm_tiny_policy, out, "--json", config=config)
+    return config
+
+
+def uninterrupted(tasks: Path, policy: Path, out: Path, config: Path, *extra: str) -> Path:
+    result = rl(tasks, policy, out, "--json", *extra, config=config)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["steps_done"] == 3 and summary["status"] == "complete"
     return out
+
+
+@pytest.fixture(scope="module")
+def reference_run(rl_tasks, warm_tiny_policy, sharded_config, tmp_path_factory) -> Path:
+    """The sharded config, uninterrupted, co-training one step behind (auto, on CPUs)."""
+    out = tmp_path_factory.mktemp("rl") / "reference"
+    return uninterrupted(rl_tasks, warm_tiny_policy, out, sharded_config)
+
+
+@pytest.fixture(scope="module")
+def synchronous_run(rl_tasks, warm_tiny_policy, sharded_config, tmp_path_factory) -> Path:
+    """The reference's config with synchronous co-training."""
+    out = tmp_path_factory.mktemp("rl") / "synchronous"
+    return uninterrupted(
+        rl_tasks, warm_tiny_policy, out, sharded_config, "--set", "cotrain.overlap=off"
+    )
 
 
 @dataclass
@@ -130,7 +151,13 @@ def assert_complete_smoke_run(out: Path) -> None:
         assert row["lossless_violations"] == 0
         assert sum(row["spec_matched_by_source"].values()) == row["spec_matched"]
         assert row["rollout_seconds"] > 0 and row["sync_seconds"] > 0
-        assert row["wm_loss"] is not None  # the warm policy runs commands: co-training ran
+    # the warm policy runs commands: co-training ran, reported in the step it finished
+    manifest = json.loads((out / "rl-run.json").read_text())
+    behind = manifest["cotrain_overlap"]
+    assert all(row["cotrain_overlap"] is behind for row in rows)
+    trained_on = [row["wm_trained_on_step"] for row in rows]
+    assert trained_on == ([None, 1, 2] if behind else [1, 2, 3])
+    assert all((row["wm_loss"] is None) is (row["wm_trained_on_step"] is None) for row in rows)
     # the warm policy's rewards vary somewhere: the policy was really updated
     trained = [row for row in rows if row["trained_episodes"]]
     assert trained, rows
@@ -150,16 +177,15 @@ def assert_complete_smoke_run(out: Path) -> None:
     assert json.loads((last / "driver.json").read_text())["data_cursor"] == 3 * 2
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert (out / "curves.png").read_bytes().startswith(b"\x89PNG")
-    manifest = json.loads((out / "rl-run.json").read_text())
     assert manifest["status"] == "complete" and manifest["steps_done"] == 3
     assert episodes(out) == [(step, 4 * (step - 1) + i) for step in (1, 2, 3) for i in range(4)]
 
 
-def assert_same_steps(want: list[dict], got: list[dict]) -> None:
+def assert_same_steps(want: list[dict], got: list[dict], keys: tuple = LEARNED) -> None:
     """The learned figures of each step: counts exactly, floats within float rounding."""
     assert [row["step"] for row in got] == [row["step"] for row in want]
     for a, b in zip(want, got, strict=True):
-        for key in LEARNED:
+        for key in keys:
             if key == "logprob_mismatch":
                 # The sampler's side of it: vLLM's CPU logprobs of the same tokens move in the
                 # 6th digit with how requests happen to be batched (one CI run gave 5.159e-4
@@ -232,6 +258,32 @@ def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(reference
     assert_same_steps(metrics(resumed_run), reference)
     for step in ("step-00000002", "step-00000003"):
         assert (reference_run / "checkpoints" / step / "policy" / "trainer.pt").is_file()
+
+
+def test_co_training_one_step_behind_gives_the_same_updates_as_synchronous(
+    reference_run, synchronous_run
+):
+    """The world-model engine one update behind during the rollouts (step 2's here: step 1's
+    update ran during it) changes which predictions match, never what is kept: the policy
+    learns the same steps, and the world model the same updates in the same order."""
+    import torch
+    from safetensors.torch import load_file
+
+    behind, synchronous = metrics(reference_run), metrics(synchronous_run)
+    assert_complete_smoke_run(synchronous_run)  # the reference's checked beside the resumed
+    assert [row["cotrain_overlap"] for row in behind] == [True] * 3
+    assert [row["cotrain_overlap"] for row in synchronous] == [False] * 3
+    assert_same_steps(synchronous, behind, tuple(key for key in LEARNED if key != "wm_loss"))
+    # behind, row N reports the update on step N-1's rows: synchronous row N-1's
+    for late, own in zip(behind[1:], synchronous[:-1], strict=True):
+        assert late["wm_trained_on_step"] == own["wm_trained_on_step"] == own["step"]
+        assert late["wm_loss"] == pytest.approx(own["wm_loss"], rel=1e-4, abs=1e-6)
+    assert behind[0]["wm_wait_s"] is None and behind[1]["wm_wait_s"] >= 0
+    weights = "checkpoints/step-00000003/world_model/model/model.safetensors"
+    want, got = load_file(synchronous_run / weights), load_file(reference_run / weights)
+    assert want.keys() == got.keys()
+    for name, tensor in want.items():
+        assert torch.allclose(got[name].float(), tensor.float(), rtol=1e-5, atol=1e-6), name
 
 
 def engines_under(driver: int) -> list:
