@@ -34,6 +34,7 @@ from obsspec.train.batches import plan_batches
 from obsspec.train.checkpoint import Checkpoints, load_trainer_state, prepare_out, save_final
 from obsspec.train.config import TrainSettings
 from obsspec.train.core import TrainerCore, warmup_cosine
+from obsspec.train.distill import Distillation, DistilledLoss, load_teacher
 from obsspec.train.distributed import Ranks
 from obsspec.train.memory import check_memory, out_of_memory_error
 from obsspec.train.model import LabelledLoss, batch_tensors, labelled_loss_sum, load_model
@@ -86,9 +87,17 @@ def data_fingerprint(sequences: list[Sequence]) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_identity(settings: TrainSettings, sequences: list[Sequence], base: Path) -> dict:
+def run_identity(
+    settings: TrainSettings,
+    sequences: list[Sequence],
+    base: Path,
+    distill: Distillation | None = None,
+) -> dict:
     learned = settings.model_dump(mode="json", exclude=RESUMABLE_CHANGES)
-    return {"settings": learned, "data": data_fingerprint(sequences), "base": str(base)}
+    identity = {"settings": learned, "data": data_fingerprint(sequences), "base": str(base)}
+    if distill is not None:  # absent without a teacher: earlier runs' checkpoints still match
+        identity["distill"] = distill.identity()
+    return identity
 
 
 def mean_loss(model, sequences: list[Sequence], settings: TrainSettings, where, pad_id) -> float:
@@ -154,7 +163,10 @@ def train(
     held_out: list[Sequence] = (),
     resume: bool = False,
     progress: Callable[[StepProgress], None] = lambda _: None,
+    distill: Distillation | None = None,
 ) -> TrainOutcome:
+    """Train base on sequences into out; with `distill`, against its teacher too (distill.py:
+    the step loss is then the combined loss, the held-out loss still the cross-entropy)."""
     import torch
 
     if not sequences:
@@ -163,12 +175,14 @@ def train(
     ranks = distributed.current()
     checkpoints = Checkpoints(out / "checkpoints", settings.keep_checkpoints)
     checkpoints.remove_partial()
-    identity = run_identity(settings, sequences, base)
+    identity = run_identity(settings, sequences, base, distill)
     state = restore_point(checkpoints, identity) if resume else None
     torch.manual_seed(settings.seed)
     random.seed(settings.seed)
 
     model = load_model(base, where, settings.lora)
+    # loaded before the memory check, which then counts it in what is no longer available
+    teacher = load_teacher(distill.teacher, where) if distill is not None else None
     pad_id = load_tokenizer(base).pad_token_id or 0
     plans = EpochPlans(sequences, settings, ranks.world)
     check_memory(model, settings, where, max(plans.lengths))
@@ -188,7 +202,7 @@ def train(
     if state is not None:
         core.load(state["checkpoint"], state)
     first_step = core.steps
-    loss_module = LabelledLoss(model)
+    loss_module = LabelledLoss(model) if teacher is None else DistilledLoss(model, teacher, distill)
     if ranks.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -114,16 +114,22 @@ def labelled_loss_sum(model, ids, attention, labels):
     """
     import torch.nn.functional as F
 
+    picked, wanted, chosen, head = labelled_rows(model, ids, attention, labels)
+    if picked.shape[0] > LOGITS_CHUNK:
+        losses = -target_logprobs(head, picked, wanted, LOGITS_CHUNK)
+    else:  # the [n, vocab] logits exist only inside this call
+        losses = F.cross_entropy(head(picked).float(), wanted, reduction="none")
+    return (losses * chosen).sum(), float(chosen.sum().item())
+
+
+def labelled_rows(model, ids, attention, labels):
+    """What the loss on labelled tokens needs of a batch: the hidden states that predict a
+    labelled token [n, hidden], those tokens [n], their label weights [n], and the output
+    layer (left to the caller: only these n rows go through it)."""
     base = model.get_base_model() if is_peft(model) else model
     hidden = base.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     weights = labels[:, 1:].float()  # [rows, width-1]
     targets = weights > 0
     picked = hidden[:, :-1][targets]  # [n, hidden]
-    head = base.get_output_embeddings()
     wanted = ids[:, 1:][targets]  # [n]
-    if picked.shape[0] > LOGITS_CHUNK:
-        losses = -target_logprobs(head, picked, wanted, LOGITS_CHUNK)
-    else:  # the [n, vocab] logits exist only inside this call
-        losses = F.cross_entropy(head(picked).float(), wanted, reduction="none")
-    chosen = weights[targets]  # [n]
-    return (losses * chosen).sum(), float(chosen.sum().item())
+    return picked, wanted, weights[targets], base.get_output_embeddings()
