@@ -78,6 +78,16 @@ def train_wm(
             "\\[default: all].",
         ),
     ] = None,
+    teacher: Annotated[
+        str | None,
+        typer.Option(
+            "--teacher",
+            metavar="DIR",
+            help="Distil from this trained world model (name or directory; the same tokenizer "
+            "as --base): the loss adds the KL divergence from its next-token distribution "
+            "(\\[train_wm.distill] alpha 0.5, temperature 1).",
+        ),
+    ] = None,
     epochs: EpochsOption = None,
     lr: LrOption = None,
     batch_tokens: BatchTokensOption = None,
@@ -151,6 +161,8 @@ def train_wm(
         raise ConfigError("--wandb-project logs training steps: it does not go with --eval-only")
     if layers is not None and eval_only:
         raise ConfigError("--layers chooses the layers training starts from: not with --eval-only")
+    if teacher is not None and eval_only:
+        raise ConfigError("--teacher is a model to learn from while training: not with --eval-only")
     if gates and not eval_only:
         raise ConfigError(
             "--fail-under/--fail-over gate an evaluation: use them with --eval-only "
@@ -187,6 +199,7 @@ def train_wm(
         **split,
         "base": base,
         "layers": layers,
+        "teacher": teacher,
         "out": out_dir,
         "resume": resume or None,
         "overwrite": overwrite or None,

@@ -46,6 +46,23 @@ class EvalSettings(StrictModel):
     )
 
 
+class DistillSettings(StrictModel):
+    alpha: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="With --teacher, the KL term's share of the loss at each labelled token: "
+        "(1 - alpha) x cross-entropy + alpha x T^2 x KL(teacher || student) over the "
+        "vocabulary.",
+    )
+    temperature: float = Field(
+        default=1.0,
+        gt=0,
+        description="T, which softens both distributions in the KL term; the term is scaled "
+        "by T^2, which keeps its gradients at the cross-entropy's scale.",
+    )
+
+
 class TrainWMConfig(SplitSettings):
     base: str = Field(description="Model name or HF directory to start from.")
     layers: int | None = Field(
@@ -58,6 +75,15 @@ class TrainWMConfig(SplitSettings):
         default="even",
         description="Which layers --layers keeps: `even` (the first, the last and evenly "
         "spaced ones between) or `bottom` (the first K-1 and the last).",
+    )
+    teacher: str | None = Field(
+        default=None,
+        description="A trained world model (name or HF directory) to distil from: the loss "
+        "adds the KL divergence from its next-token distribution at each labelled token "
+        "(`distill`); it must share the base's tokenizer [default: none].",
+    )
+    distill: DistillSettings = Field(
+        default_factory=DistillSettings, description="The loss against --teacher."
     )
     out: Path = Field(description="Directory for the trained world model.")
     resume: bool = Field(default=False, description="Continue from OUT's last checkpoint.")
@@ -76,6 +102,8 @@ class TrainWMConfig(SplitSettings):
     def _not_both(self) -> TrainWMConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite contradict each other")
+        if "distill" in self.model_fields_set and self.teacher is None:
+            raise ValueError("distill settings weigh the loss against a teacher: set teacher")
         return self
 
 

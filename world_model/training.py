@@ -22,6 +22,7 @@ from obsspec.tracking import config_logger, require_wandb
 from obsspec.train import distributed
 from obsspec.train.checkpoint import read_record, write_record
 from obsspec.train.config import TrainSettings
+from obsspec.train.distill import Distillation, check_teacher
 from obsspec.train.fresh import call_in_fresh_process
 from obsspec.train.loop import StepProgress, train_into
 from obsspec.train.sequences import Packing, Sample, pack
@@ -66,6 +67,18 @@ def starting_model(config: TrainWMConfig, base: Path, models_dir: Path, note: No
     return shallow.path, shallow
 
 
+def distillation(config: TrainWMConfig, base: Path, models_dir: Path, note: Note):
+    """--teacher resolved, checked against the base's vocabulary, with its `distill`
+    settings; None without a teacher."""
+    if config.teacher is None:
+        return None
+    teacher = resolve_model(config.teacher, models_dir)
+    check_teacher(base, teacher)
+    settings = config.distill
+    note(f"distilling from {teacher} (alpha {settings.alpha}, temperature {settings.temperature})")
+    return Distillation(teacher, settings.alpha, settings.temperature)
+
+
 def train_world_model(
     config: TrainWMConfig,
     models_dir: Path,
@@ -76,6 +89,7 @@ def train_world_model(
 
     require_wandb(config.wandb)  # before any work
     base = resolve_model(config.base, models_dir)
+    distill = distillation(config, base, models_dir, note)  # refused before any work
     families = set(config.held_out_families) if config.held_out_families else None
     data = load_data(
         config.data,
@@ -105,6 +119,7 @@ def train_world_model(
             "--eval-data": config.eval_data,
             "--base": base,
             "--layers": shallow and shallow.path,
+            "--teacher": distill and distill.teacher,
         },
         base=start,
         sequences=packed.sequences,
@@ -112,11 +127,14 @@ def train_world_model(
         held_out=held_out.sequences,
         progress=on_step,
         open_logger=config_logger(config, "train_wm"),
+        distill=distill,
     )
     record = {
         "kind": "world_model",
         "base": str(base),
         "layers": shallow and shallow.as_dict(),
+        "teacher": distill and str(distill.teacher),
+        "distill": distill and config.distill.model_dump(mode="json"),
         "config": config.model_dump(mode="json"),
         "data": data.report.as_dict() | {"too_long": packed.too_long},
         "trained_task_hashes": sorted({e.context.task_hash for e in data.train}),
