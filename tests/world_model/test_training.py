@@ -105,7 +105,8 @@ def test_train_serve_and_evaluate_from_the_command_line(
     trained = obsspec(
         "train-wm", "--data", str(train_run), "--eval-data", str(eval_run),
         "--base", str(deep_tiny_model_dir), "--layers", "3", "--out", str(out),
-        "--cache-dir", str(tmp_path / "cache"), "--epochs", "2", "--lr", "1e-3", "--wandb-project", "obsspec-test", "--json", timeout=900,
+        "--cache-dir", str(tmp_path / "cache"), "--epochs", "2", "--lr", "1e-3",
+        "--wandb-project", "obsspec-test", "--json", timeout=900,
         env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir)},
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
