@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tests.fault_row import Fault
 from tests.faults_hostile import HOSTILE_FAULTS
+from tests.faults_training import TRAINING_FAULTS
 
 CHAOS = (
     "tests/rollout/test_chaos.py::"
@@ -381,7 +382,7 @@ CORE_FAULTS = [
 ]
 
 
-FAULTS = CORE_FAULTS + HOSTILE_FAULTS
+FAULTS = CORE_FAULTS + HOSTILE_FAULTS + TRAINING_FAULTS
 
 HEADER = (
     "| When... | Exit | What you see | Recorded in | Rerunning the command | Tested by |",
