@@ -22,8 +22,9 @@ with --teacher once more distilling from that teacher (`train-wm --teacher`), an
                defaults) on the first 8 episodes of the last --data run, twice; the second's
                seconds (the first pays the allocator's warm-up)
 
-Trained models are kept in OUT/K<k>[-teacher] and reused by a rerun (delete one to retrain
-it). Nothing is pinned: engines and trainers run where obsspec puts them by default.
+Trained models are kept in OUT/K<k>[-teacher|-bottom], with their row's figures
+(bench-row.json): a rerun reuses both (delete a row's directory to measure it again).
+Nothing is pinned: engines and trainers run where obsspec puts them by default.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ def cotrain_seconds(args, model: Path) -> dict:
 def one_row(args, layers: int, teacher: Path | None, choice: str = "even") -> dict:
     name = f"K{layers}" + ("-teacher" if teacher else "") + ("-bottom" if choice != "even" else "")
     out = args.out / name
+    kept = out / "bench-row.json"
+    if kept.is_file():  # measured by an earlier run of this script
+        return json.loads(kept.read_text())
     started = time.monotonic()
     training = train(args, layers, teacher, out, choice)
     row = {"name": name, "layers": layers, "layer_choice": choice}
@@ -142,6 +146,7 @@ def one_row(args, layers: int, teacher: Path | None, choice: str = "even") -> di
     row |= {"last_loss": training["last_loss"]}
     row |= score(args, out) | engine_rates(out) | cotrain_seconds(args, out)
     row["row_s"] = round(time.monotonic() - started, 1)
+    kept.write_text(json.dumps(row, indent=2) + "\n")
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
 
