@@ -7,7 +7,9 @@ Prints one JSON object (goals in brackets):
     cotrain_overhead  [<= 1.05 when the world-model trainer has its own resources]
                       step seconds with co-training over step seconds with the world model
                       frozen (both speculative); each run's metrics.jsonl has the co-trainer's
-                      wm_seconds and wm_forward_tokens per step
+                      wm_seconds and wm_forward_tokens per step; `cotrain_overlap` says
+                      whether it ran behind the rollout (the default), `wm_wait_s` what the
+                      driver still waited for it
 
 Three runs of `obsspec rl` (the library, each its own local Ray cluster) per round: speculative
 with co-training, sequential with co-training, speculative without; the second round runs them
@@ -185,6 +187,10 @@ def main() -> None:
             "speculative": per_round(spec, "step_seconds"),
             "frozen_wm": per_round(frozen, "step_seconds"),
         },
+        # whether co-training ran behind the rollout ([rl.cotrain] overlap), and the seconds
+        # the driver still waited for its update after the rollout
+        "cotrain_overlap": per_round(spec, "cotrain_overlap"),
+        "wm_wait_s": per_round(spec, "wm_wait_s"),
         "placement": {
             "flags": {
                 "policy_cores": args.policy_cores,
