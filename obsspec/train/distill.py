@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from obsspec.errors import ConfigError
-from obsspec.train.model import labelled_rows
+from obsspec.train.model import by_chunks, labelled_rows
 from obsspec.train.precision import Placement
 
 # Rows whose [rows, vocab] float32 tensors exist at once. A quarter of model.LOGITS_CHUNK:
@@ -122,19 +122,6 @@ def combined_loss(head, teacher_head, rows, teacher_rows, targets, settings: Dis
         teacher_logprobs = F.log_softmax(teacher_head(teacher_rows).float() / temperature, dim=-1)
     kl = F.kl_div(logprobs, teacher_logprobs, log_target=True, reduction="none").sum(-1)
     return (1 - settings.alpha) * cross_entropy + settings.alpha * temperature**2 * kl
-
-
-def by_chunks(part, chunk: int, *rows):
-    """part(*rows) computed `chunk` rows at a time, each recomputed in the backward pass (as
-    model.target_logprobs: no chunk's [chunk, vocab] tensors are kept for it)."""
-    if rows[0].shape[0] <= chunk:
-        return part(*rows)
-    from torch.utils.checkpoint import checkpoint
-
-    pieces = zip(*(r.split(chunk) for r in rows), strict=True)
-    if not torch.is_grad_enabled():
-        return torch.cat([part(*piece) for piece in pieces])
-    return torch.cat([checkpoint(part, *piece, use_reentrant=False) for piece in pieces])
 
 
 class DistilledLoss(torch.nn.Module):

@@ -84,25 +84,29 @@ def target_logprobs(head, hidden, targets, chunk: int = LOGITS_CHUNK):
     """log softmax(head(hidden[i]))[targets[i]] for each row i: [n, h], [n] -> [n], float32.
 
     Past `chunk` rows the output layer runs a chunk at a time, each recomputed in the
-    backward pass: float32 logits and their log-softmax for every position of a long pass
-    would otherwise be kept for the backward (at a 32k-token pass and a 152k vocabulary,
-    about 37 GiB). Up to `chunk` rows it is one plain projection."""
+    backward pass (by_chunks): float32 logits and their log-softmax for every position of a
+    long pass would otherwise be kept for the backward (at a 32k-token pass and a 152k
+    vocabulary, about 37 GiB). Up to `chunk` rows it is one plain projection."""
     import torch.nn.functional as F
 
     def part(rows, wanted):
         return -F.cross_entropy(head(rows).float(), wanted, reduction="none")
 
-    if hidden.shape[0] <= chunk:
-        return part(hidden, targets)
+    return by_chunks(part, chunk, hidden, targets)
+
+
+def by_chunks(part, chunk: int, *rows):
+    """part(*rows) computed `chunk` rows at a time, each chunk recomputed in the backward
+    pass, so that no chunk's [chunk, vocab] tensors are kept for it; up to `chunk` rows, one
+    plain call."""
+    if rows[0].shape[0] <= chunk:
+        return part(*rows)
     from torch.utils.checkpoint import checkpoint
 
-    pieces = [
-        checkpoint(part, rows, wanted, use_reentrant=False)
-        if torch.is_grad_enabled()
-        else part(rows, wanted)
-        for rows, wanted in zip(hidden.split(chunk), targets.split(chunk), strict=True)
-    ]
-    return torch.cat(pieces)
+    pieces = zip(*(r.split(chunk) for r in rows), strict=True)
+    if not torch.is_grad_enabled():
+        return torch.cat([part(*piece) for piece in pieces])
+    return torch.cat([checkpoint(part, *piece, use_reentrant=False) for piece in pieces])
 
 
 def labelled_loss_sum(model, ids, attention, labels):
