@@ -40,8 +40,8 @@ CHOICES = ("even", "bottom")
 RECORD_NAME = "obsspec-shallow.json"
 # `model.layers.3.mlp.up_proj.weight` -> prefix `model.layers`, index 3, rest `mlp.up_proj.weight`
 LAYER_KEY = re.compile(r"^(?P<prefix>(?:.+\.)?layers)\.(?P<index>\d+)\.(?P<rest>.+)$")
-# Config fields that list layer indices: remapping them would change what the layers are.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+# Config fields that list layer indices: remapping them would change what the layers are.
 INDEX_LISTS = ("mlp_only_layers", "full_attention_idxs", "sliding_window_layers")
 
 
@@ -76,9 +76,9 @@ def layer_count(config: dict, source: Path) -> int:
     return total
 
 
-def shallow_config(config: dict, kept: list[int], source: Path) -> dict:
+def shallow_config(config: dict, shallow: ShallowModel, source: Path) -> dict:
     """The config of the K-layer model: the count changed, per-layer lists sliced."""
-    total = layer_count(config, source)
+    total, kept = shallow.of, shallow.kept
     for field in INDEX_LISTS:
         if config.get(field):
             raise ModelError(
@@ -138,17 +138,15 @@ def check_layer_tensors(base: Path, shards: list[str], total: int) -> None:
         )
 
 
-def write_shallow(base: Path, kept: list[int], out: Path) -> None:
+def write_shallow(base: Path, config: dict, shallow: ShallowModel, out: Path) -> None:
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    config = json.loads((base / "config.json").read_text())
-    total = layer_count(config, base)
-    shallow = shallow_config(config, kept, base)
+    written_config = shallow_config(config, shallow, base)
     shards = weight_shards(base)
-    check_layer_tensors(base, shards, total)
-    new_index = {old: new for new, old in enumerate(kept)}
+    check_layer_tensors(base, shards, shallow.of)
+    new_index = {old: new for new, old in enumerate(shallow.kept)}
     weight_map: dict[str, str] = {}
     for shard in shards:
         tensors: dict[str, torch.Tensor] = {}
@@ -164,7 +162,7 @@ def write_shallow(base: Path, kept: list[int], out: Path) -> None:
     if len(shards) > 1:
         index = {"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (out / "config.json").write_text(json.dumps(shallow, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(written_config, indent=2) + "\n")
     for path in base.iterdir():  # tokenizer, chat template, generation config
         if path.is_file() and not left_behind(path.name):
             shutil.copy2(path, out / path.name)
@@ -195,20 +193,21 @@ def shallow_model(base: Path, k: int, models_dir: Path, choice: str = "even") ->
     name = f"{base.name}-{choice}-{k}of{total}-{base_key(base)}"
     path = models_dir / "shallow" / name
     path.parent.mkdir(parents=True, exist_ok=True)
+    shallow = ShallowModel(path, kept, total)
     with exclusive_lock(path.with_name(f".{name}.lock")):  # two runs asking at once: one copy
         if not (path / RECORD_NAME).is_file():
-            make_shallow(base, ShallowModel(path, kept, total), choice)
-    return ShallowModel(path, kept, total)
+            make_shallow(base, config, shallow, choice)
+    return shallow
 
 
-def make_shallow(base: Path, shallow: ShallowModel, choice: str) -> None:
+def make_shallow(base: Path, config: dict, shallow: ShallowModel, choice: str) -> None:
     """Written beside its place and renamed into it: a crash leaves no half-made model."""
     path = shallow.path
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        write_shallow(base, shallow.kept, tmp)
+        write_shallow(base, config, shallow, tmp)
         record = {"base": str(base), "kept": shallow.kept, "of": shallow.of, "choice": choice}
         (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(path, ignore_errors=True)  # one a crash left without its record
