@@ -4,7 +4,8 @@ Prints one JSON object (and writes it to OUT/result.json). Usage:
 
     python bench/wm_depth.py --data demo-run/oracle --data demo-run/policy-run \
         --held-out demo-run/profile/arms/seq --out wm-depth [--layers 30,15,10,6] \
-        [--teacher demo-run/wm] [--bottom 6] [--epochs 3] [--lr 3e-4] [--batch-tokens 4096]
+        [--teacher demo-run/wm] [--bottom 6] [--epochs 3] [--lr 3e-4] [--batch-tokens 4096] \
+        [--match-on MORE-EPISODES]
 
 Every row is trained the same way (the same --data, epochs, learning rate and batch: the same
 token budget) from K of the base model's layers (K = the base's depth: the base itself), and
@@ -15,7 +16,9 @@ with --teacher once more distilling from that teacher (`train-wm --teacher`), an
                was trained on, one prediction at a time (concurrency 1, as one episode asks):
                match_rate_wm and its seen/new split (world_model.evaluate), pred_ms_p50, and
                exec_to_pred_ratio_p50 (the commands' seconds over the predictions', on commands
-               of at least a second: `predictor_speedup_p50` at concurrency 1)
+               of at least a second: `predictor_speedup_p50` at concurrency 1); with
+               --match-on, scored again on that run's episodes for the match rates only
+               (`more_*`; the evaluation's default concurrency: answers are greedy)
     timed      its vLLM engine's decode rate, 1 stream and 8 (bench/engine_throughput.py's
                measure), fresh engine, default placement
     co-trained one `rl` co-training update (world_model.cotrain.CoTrainer, [rl.cotrain]
@@ -66,21 +69,33 @@ def train(args, layers: int, teacher: Path | None, out: Path, choice: str) -> di
     return obsspec(*flags)
 
 
+def matches(report: dict, prefix: str = "") -> dict:
+    content = report.get("by_content", {})
+    return {
+        f"{prefix}match_rate_wm": report["match_rate_wm"],
+        f"{prefix}match_rate_wm_seen": content.get("seen", {}).get("match_rate_wm"),
+        f"{prefix}match_rate_wm_new": content.get("new", {}).get("match_rate_wm"),
+        f"{prefix}turns": report["turns"],
+    }
+
+
 def score(args, model: Path) -> dict:
     report = obsspec(
         "train-wm", "--eval-only", "--model", str(model), "--data", str(args.held_out),
         "--set", "eval.concurrency=1",
     )  # fmt: skip
-    content = report.get("by_content", {})
-    return {
-        "match_rate_wm": report["match_rate_wm"],
-        "match_rate_wm_seen": content.get("seen", {}).get("match_rate_wm"),
-        "match_rate_wm_new": content.get("new", {}).get("match_rate_wm"),
-        "turns": report["turns"],
+    return matches(report) | {
         "pred_ms_p50": report["pred_ms_p50"],
         "predictor_speedup_p50": report["exec_to_pred_ratio_p50"],
         "slow_turns": report["slow_turns"],
     }
+
+
+def score_more(args, model: Path) -> dict:
+    """Match rates only, on --match-on's episodes, at the evaluation's default concurrency
+    (greedy answers do not depend on it; its timings would, so none are kept)."""
+    report = obsspec("train-wm", "--eval-only", "--model", str(model), "--data", str(args.match_on))
+    return {"match_on": str(args.match_on)} | matches(report, "more_")
 
 
 def engine_rates(model: Path) -> dict:
@@ -137,15 +152,18 @@ def one_row(args, layers: int, teacher: Path | None, choice: str = "even") -> di
     out = args.out / name
     kept = out / "bench-row.json"
     if kept.is_file():  # measured by an earlier run of this script
-        return json.loads(kept.read_text())
-    started = time.monotonic()
-    training = train(args, layers, teacher, out, choice)
-    row = {"name": name, "layers": layers, "layer_choice": choice}
-    row["teacher"] = str(teacher) if teacher else None
-    row |= {"train_s": round(training["seconds"], 1), "train_tokens": training["tokens"]}
-    row |= {"last_loss": training["last_loss"]}
-    row |= score(args, out) | engine_rates(out) | cotrain_seconds(args, out)
-    row["row_s"] = round(time.monotonic() - started, 1)
+        row = json.loads(kept.read_text())
+    else:
+        started = time.monotonic()
+        training = train(args, layers, teacher, out, choice)
+        row = {"name": name, "layers": layers, "layer_choice": choice}
+        row["teacher"] = str(teacher) if teacher else None
+        row |= {"train_s": round(training["seconds"], 1), "train_tokens": training["tokens"]}
+        row |= {"last_loss": training["last_loss"]}
+        row |= score(args, out) | engine_rates(out) | cotrain_seconds(args, out)
+        row["row_s"] = round(time.monotonic() - started, 1)
+    if args.match_on is not None and row.get("match_on") != str(args.match_on):
+        row |= score_more(args, out)
     kept.write_text(json.dumps(row, indent=2) + "\n")
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
@@ -163,6 +181,7 @@ def main(args) -> dict:
     result = {
         "data": [str(d) for d in args.data],
         "held_out": str(args.held_out),
+        "match_on": str(args.match_on) if args.match_on else None,
         "epochs": args.epochs,
         "lr": args.lr,
         "batch_tokens": args.batch_tokens,
@@ -180,6 +199,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, action="append", required=True)
     parser.add_argument("--held-out", type=Path, required=True)
+    parser.add_argument("--match-on", type=Path, help="more held-out episodes: match only")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--base", default="smollm2-135m-instruct")
     parser.add_argument("--layers", default="30,15,10,6")
