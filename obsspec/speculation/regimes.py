@@ -26,10 +26,11 @@ saved 6% with speculation, 16 lost 33%: docs/benchmarks.md). Per regime it keeps
                 model's work slows the policy's engine
 
     commands    seconds of real commands while the world model was busy against while it
-                was idle, compared between runs of the same command line (a family's runs
-                differ too much: `make lint` against `make test`; and the world model is asked
-                about the long ones, so busy runs of a family are the long ones whatever it
-                costs them): how much its work slows the sandboxes. With the sandboxes on the
+                was idle, compared between runs of the same command line in the same task (a
+                family's runs differ too much: `make lint` against `make test`, and so do one
+                line's in different tasks; and the world model is asked about the long ones,
+                so busy runs of a family are the long ones whatever it costs them): how much
+                its work slows the sandboxes. With the sandboxes on the
                 world model's cores, or all on the policy's (8 at once on one core: commands
                 took 89% longer with it, replies 22%), this is most of what it costs.
 

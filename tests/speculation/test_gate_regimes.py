@@ -276,6 +276,19 @@ def test_command_slowdown_compares_runs_of_the_same_command_line():
     assert gate.decide(ask(load=0)).ask_world_model
 
 
+def test_command_slowdown_compares_runs_within_one_task():
+    """`./ci.sh test` runs 5 s in one task and 3 s in another: a busy run in the first against
+    an idle one in the second is the tasks' difference, not the world model's cost."""
+    gate = taught(explore_every=0)
+    for _ in range(4):
+        gate.observe_execution("big-task", "./ci.sh test", 5.0, busy_fraction=1.0)
+        gate.observe_execution("small-task", "./ci.sh  test", 3.0, busy_fraction=0.0)
+    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] == 0.1  # the prior
+    for _ in range(4):
+        gate.observe_execution("big-task", "./ci.sh test", 5.0, busy_fraction=0.0)
+    assert gate.summary()["regimes"]["1"]["commands"]["slowdown"] < 0.1  # measured: none
+
+
 # --- through the runner: injected latencies, no timed assertion ----------------------------
 class SlowWorldModel(TablePredictor):
     """A world model that answers right, but after `delay_s`: later than every command."""
