@@ -147,23 +147,35 @@ def cotrain_seconds(args, model: Path) -> dict:
     }
 
 
+def lacks_more(args, row: dict) -> bool:
+    """The row has no match rates on --match-on's episodes yet (or on another run's)."""
+    return args.match_on is not None and row.get("match_on") != str(args.match_on)
+
+
+def measure_row(args, name: str, layers: int, teacher: Path | None, choice: str) -> dict:
+    out = args.out / name
+    started = time.monotonic()
+    training = train(args, layers, teacher, out, choice)
+    row = {"name": name, "layers": layers, "layer_choice": choice}
+    row["teacher"] = str(teacher) if teacher else None
+    row |= {"train_s": round(training["seconds"], 1), "train_tokens": training["tokens"]}
+    row |= {"last_loss": training["last_loss"]}
+    row |= score(args, out) | engine_rates(out) | cotrain_seconds(args, out)
+    row["row_s"] = round(time.monotonic() - started, 1)
+    return row
+
+
 def one_row(args, layers: int, teacher: Path | None, choice: str = "even") -> dict:
     name = f"K{layers}" + ("-teacher" if teacher else "") + ("-bottom" if choice != "even" else "")
-    out = args.out / name
-    kept = out / "bench-row.json"
+    kept = args.out / name / "bench-row.json"
     if kept.is_file():  # measured by an earlier run of this script
         row = json.loads(kept.read_text())
+        if not lacks_more(args, row):
+            return row
     else:
-        started = time.monotonic()
-        training = train(args, layers, teacher, out, choice)
-        row = {"name": name, "layers": layers, "layer_choice": choice}
-        row["teacher"] = str(teacher) if teacher else None
-        row |= {"train_s": round(training["seconds"], 1), "train_tokens": training["tokens"]}
-        row |= {"last_loss": training["last_loss"]}
-        row |= score(args, out) | engine_rates(out) | cotrain_seconds(args, out)
-        row["row_s"] = round(time.monotonic() - started, 1)
-    if args.match_on is not None and row.get("match_on") != str(args.match_on):
-        row |= score_more(args, out)
+        row = measure_row(args, name, layers, teacher, choice)
+    if lacks_more(args, row):
+        row |= score_more(args, args.out / name)
     kept.write_text(json.dumps(row, indent=2) + "\n")
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row

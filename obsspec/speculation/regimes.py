@@ -30,9 +30,9 @@ saved 6% with speculation, 16 lost 33%: docs/benchmarks.md). Per regime it keeps
                 family's runs differ too much: `make lint` against `make test`, and so do one
                 line's in different tasks; and the world model is asked about the long ones,
                 so busy runs of a family are the long ones whatever it costs them): how much
-                its work slows the sandboxes. With the sandboxes on the
-                world model's cores, or all on the policy's (8 at once on one core: commands
-                took 89% longer with it, replies 22%), this is most of what it costs.
+                its work slows the sandboxes. With the sandboxes on the world model's cores,
+                or all on the policy's (8 at once on one core: commands took 89% longer with
+                it, replies 22%), this is most of what it costs.
 
 `busy` is measured on one clock: the seconds during which at least one world-model question
 was in flight (`predicting`), and the second after (the engine's worker spins then), so any
