@@ -181,25 +181,61 @@ def assert_complete_smoke_run(out: Path) -> None:
     assert episodes(out) == [(step, 4 * (step - 1) + i) for step in (1, 2, 3) for i in range(4)]
 
 
-def assert_same_steps(want: list[dict], got: list[dict], keys: tuple = LEARNED) -> None:
-    """The learned figures of each step: counts exactly, floats within float rounding."""
+def assert_same_steps(
+    want: list[dict], got: list[dict], keys: tuple = LEARNED, same_engine: set[int] = frozenset()
+) -> None:
+    """The learned figures of each step: counts exactly, floats within float rounding.
+    SAME_ENGINE: the steps whose rollouts ran on bit-identical engine weights in both runs."""
     assert [row["step"] for row in got] == [row["step"] for row in want]
     for a, b in zip(want, got, strict=True):
         for key in keys:
             if key == "logprob_mismatch":
-                # The sampler's side of it: vLLM's CPU logprobs of the same tokens move in the
-                # 6th digit with how requests happen to be batched (one CI run gave 5.159e-4
-                # and 5.206e-4 for the same step in two runs, either way round); the tokens,
-                # the rewards and the trainer's figures are the same.
-                # A step that trained nothing (every group's rewards equal) has none on either.
-                if a[key] is None or b[key] is None:
-                    assert a[key] is b[key] is None, (a["step"], key)
-                else:
-                    assert b[key] == pytest.approx(a[key], rel=0.05), (a["step"], key)
+                assert_same_mismatch(a, b, a["step"] in same_engine)
             elif isinstance(a[key], float):
                 assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
             else:
                 assert b[key] == a[key], (a["step"], key)
+
+
+def assert_same_mismatch(a: dict, b: dict, same_engine: bool) -> None:
+    """The sampler's side of a step (mean |trainer - engine| log-probability). The engine runs
+    a bfloat16 copy of the trainer's float32 weights, so the figure is mostly bfloat16 rounding
+    noise. On the same engine weights it moves only in the 6th digit with how vLLM batches the
+    requests (one CI run: 5.159e-4 and 5.206e-4, either way round). But two trainers that agree
+    within float rounding (two ranks and one) can round a few weights to neighbouring bfloat16
+    values, and the figure is then another draw of that noise: CI saw 2.48e-3 and 1.92e-3 for
+    step 3 with the same tokens, rewards and trainer figures; in a bfloat16 copy of the tiny
+    policy, 100 one-ulp flips among its 6.6M weights moved it by -6% to +20%. So: within 5%
+    on engine weights known to be identical, within a factor of 2 otherwise. Whether the
+    engine took the update at all is the sync check's question (sync_check_error).
+    A step that trained nothing (every group's rewards equal) has none on either."""
+    step, want, got = a["step"], a["logprob_mismatch"], b["logprob_mismatch"]
+    if want is None or got is None:
+        assert want is got is None, (step, "logprob_mismatch")
+        return
+    if same_engine:
+        assert got == pytest.approx(want, rel=0.05), (step, "logprob_mismatch", "same weights")
+    else:
+        assert want / 2 <= got <= want * 2, (step, "logprob_mismatch")
+
+
+def same_engine_weights(a: Path, b: Path, steps: int = 3) -> set[int]:
+    """The steps whose rollouts ran on bit-identical policy weights in runs A and B: step 1
+    (both start from the same policy), and step N where both kept step N-1's checkpoint (the
+    bfloat16 weights the engines were synced to, cast as the sync casts them)."""
+    import torch
+    from safetensors.torch import load_file
+
+    same = {1}
+    for step in range(2, steps + 1):
+        part = Path(f"checkpoints/step-{step - 1:08d}/policy/model/model.safetensors")
+        if not ((a / part).is_file() and (b / part).is_file()):
+            continue
+        want, got = load_file(a / part), load_file(b / part)
+        names = want.keys() & got.keys()  # one may save the tied lm_head beside the embedding
+        if all(torch.equal(want[name], got[name]) for name in names):
+            same.add(step)
+    return same
 
 
 def test_the_smoke_config_runs_and_every_row_has_the_keys(reference_run, resumed_run):
@@ -229,7 +265,8 @@ def test_a_run_killed_mid_step_stops_clearly_and_resumes_the_same_steps(
     assert killed_run.status == "failed"
     assert not killed_run.orphans
 
-    assert_same_steps(metrics(reference_run), metrics(resumed_run))
+    same = same_engine_weights(reference_run, resumed_run)
+    assert_same_steps(metrics(reference_run), metrics(resumed_run), same_engine=same)
     assert episodes(resumed_run) == episodes(reference_run)  # step 2's first try left nothing
 
     # Nothing to do once every step is done; other settings are refused, naming the first.
@@ -255,7 +292,8 @@ def test_a_policy_trainer_sharded_over_two_ranks_learns_the_same_steps(reference
     process, within float rounding; weights synced and checkpointed by rank 0."""
     reference = metrics(reference_run)
     assert any(row["trained_episodes"] for row in reference[:2])  # an update was compared
-    assert_same_steps(metrics(resumed_run), reference)
+    same = same_engine_weights(reference_run, resumed_run)
+    assert_same_steps(metrics(resumed_run), reference, same_engine=same)
     for step in ("step-00000002", "step-00000003"):
         assert (reference_run / "checkpoints" / step / "policy" / "trainer.pt").is_file()
 
@@ -273,7 +311,9 @@ def test_co_training_one_step_behind_gives_the_same_updates_as_synchronous(
     assert_complete_smoke_run(synchronous_run)  # the reference's checked beside the resumed
     assert [row["cotrain_overlap"] for row in behind] == [True] * 3
     assert [row["cotrain_overlap"] for row in synchronous] == [False] * 3
-    assert_same_steps(synchronous, behind, tuple(key for key in LEARNED if key != "wm_loss"))
+    learned = tuple(key for key in LEARNED if key != "wm_loss")
+    same = same_engine_weights(synchronous_run, reference_run)
+    assert_same_steps(synchronous, behind, learned, same_engine=same)
     # behind, row N reports the update on step N-1's rows: synchronous row N-1's
     for late, own in zip(behind[1:], synchronous[:-1], strict=True):
         assert late["wm_trained_on_step"] == own["wm_trained_on_step"] == own["step"]
