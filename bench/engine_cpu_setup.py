@@ -1,17 +1,19 @@
-"""The CPU engine's own cost under each library setup: tokens/s and the CPU it burns idle.
+"""The CPU engine's own cost under each setup: tokens/s and the CPU it burns idle.
 
 Prints one JSON object. Usage: python bench/engine_cpu_setup.py [--model NAME|PATH]
-[--cores 0] [--tokens 64] [--streams 8] [--idle-s 2].
+[--cores 0] [--tokens 64] [--streams 8] [--idle-s 2] [--setups vllm,tcmalloc,iomp,obsspec].
 
-Setups (obsspec.inference.cpu_libraries), each a fresh engine on the same core(s), run in the
-order A B C C B A so that drift hits each alike:
-    vllm       nothing preloaded by obsspec: vLLM alone (it preloads torch's GNU OpenMP)
+Setups (obsspec.inference.cpu_libraries and obsspec.inference.worker_spin), each a fresh engine
+on the same core(s), run in the order A B C .. C B A so that drift hits each alike:
+    vllm       nothing preloaded by obsspec, the worker's idle spin vLLM's (1 s): vLLM alone
+               (it preloads torch's GNU OpenMP)
     tcmalloc   + Debian's tcmalloc (libtcmalloc_minimal.so.4)
     iomp       + tcmalloc and Intel OpenMP (libiomp5.so: vLLM then sets KMP_BLOCKTIME=5)
+    obsspec    iomp, and the worker sleeping after 5 ms idle: obsspec's CPU default
 Per engine: decode tokens/s with one stream and with N at once (64-token replies, ignore
 EOS), and the CPU seconds the engine's processes use in the `idle_s` seconds after a request
-ends (`idle_cpu_s`, split per second): vLLM's worker spins on its message queue for a second
-after each step (shm_broadcast's busy loop), and OpenMP threads may spin too. A CPU second
+ends (`idle_cpu_s`, split per second): vLLM's worker spins on its message queue for
+`busy_loop_s` after each step (shm_broadcast), and OpenMP threads may spin too. A CPU second
 burnt while idle is a second a sandbox or the other engine on that core does not get.
 """
 
@@ -24,7 +26,8 @@ import os
 import statistics
 import time
 
-SETUPS = ("vllm", "tcmalloc", "iomp")
+SETUPS = ("vllm", "tcmalloc", "iomp", "obsspec")
+VLLM_SPIN_S = 1.0  # shm_broadcast.SpinCondition's own busy_loop_s
 
 
 def libraries(setup: str) -> list[str]:
@@ -36,6 +39,12 @@ def libraries(setup: str) -> list[str]:
     if tcmalloc is None:
         raise SystemExit("tcmalloc is not installed (Debian: libtcmalloc-minimal4)")
     return [str(tcmalloc)] if setup == "tcmalloc" else default_libraries()
+
+
+def spin(setup: str) -> float | None:
+    """The worker's idle spin: vLLM's own but for obsspec's default (None: chosen as a user's
+    engine chooses it)."""
+    return None if setup == "obsspec" else VLLM_SPIN_S
 
 
 def engine_cpu_s() -> float:
@@ -86,6 +95,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         max_num_seqs=max(args.streams, 8),
         cpu_cores=None if args.cores == "auto" else args.cores,
         cpu_libraries=libraries(setup),
+        worker_spin_s=spin(setup),
     )
     start = time.monotonic()
     async with LocalVLLMEngine(settings) as engine:
@@ -95,15 +105,27 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         many = await rate(engine, prompt_ids, args.streams, args.tokens, 2)
         idle = await idle_burn(engine, prompt_ids, args.idle_s)
         preloaded = [os.path.basename(path) for path in engine.preloaded]
-    return {"load_s": load_s, "single": single, "many": many, "idle": idle, "preloaded": preloaded}
+        spin_s = await engine.worker_spin_s()
+    return {
+        "load_s": load_s,
+        "single": single,
+        "many": many,
+        "idle": idle,
+        "preloaded": preloaded,
+        "worker_spin_s": spin_s,
+    }
 
 
 async def main(args) -> dict:
     from engine_throughput import chat_prompt  # bench/ is this script's own path
 
     model, prompt_ids = chat_prompt(args.model)
-    order = [*SETUPS, *reversed(SETUPS)]
-    runs: dict[str, list[dict]] = {setup: [] for setup in SETUPS}
+    setups = args.setups.split(",")
+    unknown = set(setups) - set(SETUPS)
+    if unknown:
+        raise SystemExit(f"--setups: unknown {sorted(unknown)}; choose from {', '.join(SETUPS)}")
+    order = [*setups, *reversed(setups)]
+    runs: dict[str, list[dict]] = {setup: [] for setup in setups}
     for setup in order:
         runs[setup].append(await one_engine(model, setup, args, prompt_ids))
     out = {
@@ -115,11 +137,14 @@ async def main(args) -> dict:
         "arm_order": order,
         "setups": {setup: summary(found) for setup, found in runs.items()},
     }
-    base = out["setups"]["vllm"]
-    for setup in SETUPS[1:]:
+    base_name = setups[0]
+    base = out["setups"][base_name]
+    for setup in setups[1:]:
         mine = out["setups"][setup]
-        mine["single_vs_vllm"] = round(mine["tok_per_s_single"] / base["tok_per_s_single"], 3)
-        mine["many_vs_vllm"] = round(mine["tok_per_s_many"] / base["tok_per_s_many"], 3)
+        mine[f"single_vs_{base_name}"] = round(
+            mine["tok_per_s_single"] / base["tok_per_s_single"], 3
+        )
+        mine[f"many_vs_{base_name}"] = round(mine["tok_per_s_many"] / base["tok_per_s_many"], 3)
     return out
 
 
@@ -127,6 +152,7 @@ def summary(runs: list[dict]) -> dict:
     """The mean of the setup's engines (two: one on each side of the ABBA order)."""
     return {
         "preloaded": runs[0]["preloaded"],
+        "worker_spin_s": runs[0]["worker_spin_s"],
         "load_s": round(statistics.fmean(r["load_s"] for r in runs), 1),
         "tok_per_s_single": round(statistics.fmean(r["single"] for r in runs), 1),
         "tok_per_s_many": round(statistics.fmean(r["many"] for r in runs), 1),
@@ -149,4 +175,7 @@ if __name__ == "__main__":
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--idle-s", type=float, default=2.0)
+    parser.add_argument(
+        "--setups", default=",".join(SETUPS), help="Which setups, the first the base of ratios."
+    )
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=1))

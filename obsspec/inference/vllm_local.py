@@ -33,7 +33,12 @@ from obsspec.inference.base import (
     context_room,
 )
 from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
-from obsspec.inference.vllm_settings import EngineSettings, current_platform_kind, engine_kwargs
+from obsspec.inference.vllm_settings import (
+    EngineSettings,
+    current_platform_kind,
+    engine_kwargs,
+    worker_spin_s,
+)
 from obsspec.inference.weight_loading import (
     WORKER_EXTENSION,
     Bucket,
@@ -43,6 +48,7 @@ from obsspec.inference.weight_loading import (
     reload_from_buckets,
     reload_from_directory,
 )
+from obsspec.inference.worker_spin import spin_variable
 
 __all__ = ["EngineSettings", "LocalVLLMEngine", "parse_cores"]
 
@@ -136,7 +142,10 @@ class LocalVLLMEngine:
         platform = current_platform_kind()
         cores, libraries = (s.cpu_cores, s.cpu_libraries) if platform == "cpu" else (None, [])
         try:
-            with engine_process_env(cores, libraries) as self.preloaded:
+            with (
+                engine_process_env(cores, libraries) as self.preloaded,
+                spin_variable(worker_spin_s(s, platform)),
+            ):
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except EngineError:
             raise
@@ -286,6 +295,13 @@ class LocalVLLMEngine:
     def unfinished_requests(self) -> int:
         """Requests the engine still holds (running or waiting); 0 when idle."""
         return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
+
+    async def worker_spin_s(self) -> float:
+        """How long this engine's worker spins idle before it sleeps (obsspec.inference.
+        worker_spin), asked of the worker itself."""
+        if self._llm is None:
+            raise EngineError("engine is not started (use `async with`)")
+        return (await self._llm.collective_rpc("obsspec_worker_spin_s"))[0]
 
     async def aclose(self) -> None:
         if self._llm is not None:

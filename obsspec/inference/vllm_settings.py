@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from obsspec.config import CoreList, StrictModel
+from obsspec.inference.worker_spin import CPU_DEFAULT_SPIN_S
 
 Platform = Literal["cpu", "cuda"]
 
@@ -91,6 +92,13 @@ class EngineSettings(StrictModel):
         "where installed, vLLM's recommended CPU setup (obsspec.inference.cpu_libraries); "
         "[] preloads nothing, as vLLM alone does].",
     )
+    worker_spin_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds vLLM's worker busy-waits for its next step before it sleeps "
+        "(obsspec.inference.worker_spin) [default: 0.005 on the CPU build, where vLLM's own "
+        "1 s burns a core-second after every answer; vLLM's own on GPU].",
+    )
     allow_untested_vllm: bool = Field(
         default=False,
         description="Start even when the installed vLLM is outside the versions whose "
@@ -104,6 +112,14 @@ def current_platform_kind() -> Platform:
     from vllm.platforms import current_platform
 
     return "cpu" if current_platform.is_cpu() else "cuda"
+
+
+def worker_spin_s(settings: EngineSettings, platform: Platform) -> float | None:
+    """The idle spin of this engine's workers: the setting, else 5 ms on CPU; None leaves
+    vLLM's own (1 s)."""
+    if settings.worker_spin_s is not None:
+        return settings.worker_spin_s
+    return CPU_DEFAULT_SPIN_S if platform == "cpu" else None
 
 
 def engine_kwargs(settings: EngineSettings, platform: Platform) -> dict[str, Any]:

@@ -66,7 +66,9 @@ if TYPE_CHECKING:
 # The vLLM releases whose in-place reload this module was verified on (the CPU build
 # 0.32.0); pyproject's `gpu` extra pins the same range.
 SUPPORTED_VLLM = ">=0.32,<0.33"
-WORKER_EXTENSION = "obsspec.inference.weight_loading.WeightBucketReceiver"
+# The class vLLM mixes into its workers: WeightBucketReceiver below, and what else obsspec sets
+# in a worker process (obsspec.inference.worker_extension).
+WORKER_EXTENSION = "obsspec.inference.worker_extension.ObsspecWorker"
 
 EMBEDDING, OUTPUT = "model.embed_tokens.weight", "lm_head.weight"
 Bucket = list[tuple[str, "Tensor"]]

@@ -63,6 +63,7 @@ def engine_settings(
         seed=seed,
         enforce_eager=options.enforce_eager,
         cpu_libraries=options.cpu_libraries,
+        worker_spin_s=options.worker_spin_s,
         allow_untested_vllm=options.allow_untested_vllm,
         **own,
     )

@@ -1,0 +1,62 @@
+"""The idle spin of vLLM's worker: set where vLLM keeps it, refused where it cannot be, and
+chosen per platform (the engine's own answer: tests/inference/test_vllm_local.py)."""
+
+import os
+
+import pytest
+
+from obsspec.errors import EngineError
+from obsspec.inference import worker_spin
+from obsspec.inference.vllm_settings import EngineSettings, worker_spin_s
+
+
+@pytest.fixture
+def restored():
+    """SpinCondition's default as it was before the test."""
+    before = worker_spin.worker_spin()
+    yield
+    worker_spin.set_worker_spin(before)
+
+
+def test_setting_the_spin_changes_what_a_new_queue_gets(restored, monkeypatch):
+    assert worker_spin.worker_spin() == 1  # vLLM's own, in a process nothing changed
+    worker_spin.set_worker_spin(0.25)
+    assert worker_spin.worker_spin() == 0.25
+    monkeypatch.setenv(worker_spin.SPIN_VARIABLE, "0.005")
+    assert worker_spin.apply_from_environment() == 0.005
+    assert worker_spin.worker_spin() == 0.005
+
+
+def test_nothing_is_changed_without_the_variable(restored, monkeypatch):
+    monkeypatch.delenv(worker_spin.SPIN_VARIABLE, raising=False)
+    assert worker_spin.apply_from_environment() is None
+    assert worker_spin.worker_spin() == 1
+
+
+def test_a_vllm_without_the_parameter_is_refused_not_ignored(monkeypatch):
+    class Other:
+        def __init__(self, is_reader, context, notify_address, poll_s: float = 1):
+            pass
+
+    monkeypatch.setattr(worker_spin, "spin_condition", lambda: Other)
+    with pytest.raises(EngineError, match=r"busy_loop_s.*worker_spin_s"):
+        worker_spin.set_worker_spin(0.005)
+
+
+def test_the_variable_is_set_only_while_the_engine_spawns(monkeypatch):
+    monkeypatch.delenv(worker_spin.SPIN_VARIABLE, raising=False)
+    with worker_spin.spin_variable(0.005):
+        assert os.environ[worker_spin.SPIN_VARIABLE] == "0.005"
+    assert worker_spin.SPIN_VARIABLE not in os.environ
+    with worker_spin.spin_variable(None):
+        assert worker_spin.SPIN_VARIABLE not in os.environ
+
+
+def test_cpu_engines_sleep_after_5_ms_unless_told_and_gpu_engines_keep_vllms(tmp_path):
+    default = EngineSettings(model=tmp_path)
+    assert worker_spin_s(default, "cpu") == worker_spin.CPU_DEFAULT_SPIN_S == 0.005
+    assert worker_spin_s(default, "cuda") is None  # vLLM's own 1 s
+    told = EngineSettings(model=tmp_path, worker_spin_s=1.0)
+    assert worker_spin_s(told, "cpu") == worker_spin_s(told, "cuda") == 1.0
+    with pytest.raises(ValueError, match="worker_spin_s"):
+        EngineSettings(model=tmp_path, worker_spin_s=-1)
