@@ -48,7 +48,7 @@ from obsspec.inference.weight_loading import (
     reload_from_buckets,
     reload_from_directory,
 )
-from obsspec.inference.worker_spin import spin_variable
+from obsspec.inference.worker_spin import VLLM_SPIN_S, spin_variable
 
 __all__ = ["EngineSettings", "LocalVLLMEngine", "parse_cores"]
 
@@ -118,6 +118,8 @@ class LocalVLLMEngine:
         self.weight_version = 0
         self._names: CheckpointNames | None = None  # what a weight bucket may name
         self.preloaded: list[str] = []  # the libraries its processes started with (CPU)
+        # Seconds its worker keeps a core after each step (obsspec.inference.worker_spin)
+        self.idle_spin_s = VLLM_SPIN_S
 
     async def __aenter__(self) -> LocalVLLMEngine:
         await self.start()
@@ -142,9 +144,11 @@ class LocalVLLMEngine:
         platform = current_platform_kind()
         cores, libraries = (s.cpu_cores, s.cpu_libraries) if platform == "cpu" else (None, [])
         try:
+            spin = worker_spin_s(s, platform)
+            self.idle_spin_s = VLLM_SPIN_S if spin is None else spin
             with (
                 engine_process_env(cores, libraries) as self.preloaded,
-                spin_variable(worker_spin_s(s, platform)),
+                spin_variable(spin),
             ):
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except EngineError:

@@ -33,6 +33,7 @@ from obsspec.errors import EngineError
 
 SPIN_VARIABLE = "OBSSPEC_VLLM_WORKER_SPIN_S"
 CPU_DEFAULT_SPIN_S = 0.005
+VLLM_SPIN_S = 1.0  # what vLLM 0.32's SpinCondition spins unless told
 PARAMETER = "busy_loop_s"
 
 

@@ -19,6 +19,8 @@ from obsspec.models.tokenizer import load_tokenizer
 from obsspec.models.weights import check_weights
 from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.policy import policy_model
+from obsspec.speculation.gate import Gate
+from obsspec.speculation.regimes import BUSY_TAIL_S
 from obsspec.speculation.runner import SpeculativeLoop
 from obsspec.speculation.settings import SpeculationSettings
 
@@ -63,4 +65,18 @@ def speculative_loop(
     lm = None
     if wm_engine is not None:
         lm = LMPredictor(wm_engine, WorldModelPrompt(builder), max_tokens=answer_tokens)
-    return SpeculativeLoop(default_cascade(lm, threshold), settings=settings)
+    gate = Gate(settings.gate, busy_tail_s=idle_spin_s(wm_engine))
+    return SpeculativeLoop(default_cascade(lm, threshold), gate, settings)
+
+
+def idle_spin_s(engine: Engine | None) -> float:
+    """How long the world model's engine keeps its core after an answer, for the gate: a
+    local vLLM engine's own figure (obsspec.inference.worker_spin), vLLM's 1 s for any other
+    (a server's, whose spin is its own); none without an engine."""
+    from obsspec.inference.vllm_local import LocalVLLMEngine
+
+    if engine is None:
+        return 0.0
+    if isinstance(engine, LocalVLLMEngine):
+        return engine.idle_spin_s
+    return BUSY_TAIL_S

@@ -29,8 +29,9 @@ an answer cut off, a failure: not; from `prior_answered`); s, the slowdown of th
 engine measured while it worked (seconds per token of real replies, busy against idle, at
 the same engine load); and s_c, the slowdown of commands (seconds of runs of the same command
 line, busy against idle); both `prior_slowdown` until measured at this load. Its P seconds
-of work, and the T = 1 s its engine's worker spins after each answer
-(obsspec.speculation.regimes.BUSY_TAIL_S), cost each of the L other requests s*(P + T) and
+of work, and the T seconds its engine's worker spins after each answer (`busy_tail_s`: the
+engine's own figure, obsspec.inference.worker_spin; 1 s, vLLM's, where unknown), cost each of
+the L other requests s*(P + T) and
 each of the C commands running (this one included) s_c*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
 work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
@@ -64,7 +65,7 @@ from pydantic import Field
 from obsspec.config import StrictModel
 from obsspec.speculation.families import command_family
 from obsspec.speculation.predictor import Prediction
-from obsspec.speculation.regimes import Clock, OnlineMean, Regime, Regimes
+from obsspec.speculation.regimes import BUSY_TAIL_S, Clock, OnlineMean, Regime, Regimes
 
 
 class GateMode(enum.StrEnum):
@@ -195,9 +196,16 @@ class Decision:
 class Gate:
     """Decides per command; learns from every execution, reply, prediction and outcome.
     One gate serves all the episodes of a loop, so what one episode learns helps the rest.
-    clock: the seconds of busy spans and of replies (a fake one in tests)."""
+    clock: the seconds of busy spans and of replies (a fake one in tests); busy_tail_s: how
+    long the world model's engine keeps its core after an answer (its worker's idle spin)."""
 
-    def __init__(self, settings: GateSettings | None = None, *, clock: Clock = time.monotonic):
+    def __init__(
+        self,
+        settings: GateSettings | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        busy_tail_s: float = BUSY_TAIL_S,
+    ):
         self.settings = settings or GateSettings()
         self._exec: dict[tuple[str, str], OnlineMean] = defaultdict(OnlineMean)
         self._exec_family: dict[str, OnlineMean] = defaultdict(OnlineMean)
@@ -208,7 +216,7 @@ class Gate:
         self._hits: dict[tuple[str, str], HitCount] = defaultdict(lambda: HitCount(window))
         self._family_hits: dict[str, HitCount] = defaultdict(lambda: HitCount(window))
         self._declined: dict[str, int] = defaultdict(int)  # by what was declined, to explore
-        self.regimes = Regimes(self.settings.regime_window, clock)
+        self.regimes = Regimes(self.settings.regime_window, clock, busy_tail_s)
         self.decisions: Counter[str] = Counter()
         self._baseline_until = float("-inf")  # the world model left alone until then
         self._next_baseline = float("-inf")  # no new pause before then

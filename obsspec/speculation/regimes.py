@@ -35,7 +35,7 @@ saved 6% with speculation, 16 lost 33%: docs/benchmarks.md). Per regime it keeps
                 it, replies 22%), this is most of what it costs.
 
 `busy` is measured on one clock: the seconds during which at least one world-model question
-was in flight (`predicting`), and the second after (the engine's worker spins then), so any
+was in flight (`predicting`), and the tail after (the engine's worker spins then), so any
 span's busy fraction is a difference of two marks.
 """
 
@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 
 Clock = Callable[[], float]
 BUSY, IDLE = 0.5, 0.1  # busy fractions at or above which / at or below which a sample counts
-# After each step vLLM's worker spins on its message queue for a second before it sleeps
-# (shm_broadcast's busy loop, not a setting; docs/benchmarks.md measured 0.98 CPU-seconds in
-# the second after a request): for that long after its last question the world model's
-# engine still takes its core.
+# After each step vLLM's worker spins on its message queue before it sleeps (shm_broadcast's
+# busy loop; docs/benchmarks.md measured 0.98 CPU-seconds in the second after a request): for
+# that long after its last question the world model's engine still takes its core. vLLM's own
+# is 1 s; obsspec's CPU engines sleep after 5 ms (obsspec.inference.worker_spin), and the
+# session gives the gate its engine's figure. This is the figure where it is not known.
 BUSY_TAIL_S = 1.0
 MAX_SLOWDOWN = 10.0  # a ratio of two noisy means is clipped: beyond this it decides nothing new
 

@@ -276,8 +276,10 @@ async def test_an_idle_worker_sleeps_instead_of_spinning_a_core(tiny_engine, tin
     import psutil
 
     from obsspec.inference.worker_spin import CPU_DEFAULT_SPIN_S
+    from obsspec.rollout.speculation import idle_spin_s
 
     assert await tiny_engine.worker_spin_s() == CPU_DEFAULT_SPIN_S
+    assert idle_spin_s(tiny_engine) == CPU_DEFAULT_SPIN_S  # what the gate counts a question
     workers = [p for p in psutil.Process().children(recursive=True) if p.name() == "VLLM::Worker"]
     assert workers
 

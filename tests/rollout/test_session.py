@@ -12,6 +12,7 @@ from obsspec.rollout.config import RolloutSettings
 from obsspec.rollout.engines import engine_settings
 from obsspec.rollout.events import TaskSkipped
 from obsspec.rollout.session import NoRunnableTask, RolloutSession
+from obsspec.speculation.regimes import BUSY_TAIL_S
 from tests.rollout.test_collect import greeting_tasks
 from tests.speculation.fakes import fake_policy
 
@@ -104,6 +105,8 @@ async def test_the_session_numbers_weight_versions_and_engines_stamp_them(
         assert session.loop is not None  # speculation on: the cascade has the world model
         lm = session.loop.predictor.predictors[-1]
         assert lm.engine is wm_engine
+        # an engine not known to be obsspec's local vLLM: its worker is taken to spin vLLM's 1 s
+        assert session.loop.gate.regimes.tail_s == BUSY_TAIL_S == 1.0
         # its answers hold a full observation: the policy's context, shorter than 10,000 chars
         assert lm.max_tokens == rollout.wm_answer_tokens == rollout.engine.max_model_len
         await session.load_policy(tmp_path / "step-7", 7)
