@@ -34,18 +34,20 @@ def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str] | None:
     return None
 
 
-def lacks_bf16(machine: str | None = None, flags: set[str] | None = None) -> bool:
-    """An x86 CPU known to have neither of BF16_FLAGS (other CPUs: left to vLLM)."""
+def native_bf16(machine: str | None = None, flags: set[str] | None = None) -> bool | None:
+    """Whether this CPU computes bfloat16 natively (x86: one of BF16_FLAGS); None where that
+    cannot be told (another architecture, no /proc/cpuinfo). The trainers ask it too
+    (obsspec.train.precision): autocast to bfloat16 only where it is native."""
     machine = machine or platform.machine()
     if machine not in ("x86_64", "AMD64"):
-        return False
+        return None
     flags = cpu_flags() if flags is None else flags
-    return flags is not None and not (flags & BF16_FLAGS)
+    return None if flags is None else bool(flags & BF16_FLAGS)
 
 
 def engine_dtype(asked: str, *, machine: str | None = None, flags: set[str] | None = None) -> str:
     """What a CPU engine is started with: the dtype asked for, but float32 for 'auto' where
     bfloat16 would fall back to torch's unbatched linear."""
-    if asked == "auto" and lacks_bf16(machine, flags):
+    if asked == "auto" and native_bf16(machine, flags) is False:
         return "float32"
     return asked
