@@ -1,7 +1,8 @@
 """The CPU engine's own cost under each setup: tokens/s and the CPU it burns idle.
 
 Prints one JSON object. Usage: python bench/engine_cpu_setup.py [--model NAME|PATH]
-[--cores 0] [--tokens 64] [--streams 8] [--idle-s 2] [--setups vllm,tcmalloc,iomp,obsspec].
+[--cores 0] [--tokens 64] [--streams 8] [--idle-s 2]
+[--setups vllm,tcmalloc,iomp,obsspec,bfloat16].
 
 Setups (obsspec.inference.cpu_libraries and obsspec.inference.worker_spin), each a fresh engine
 on the same core(s), run in the order A B C .. C B A so that drift hits each alike:
@@ -9,7 +10,10 @@ on the same core(s), run in the order A B C .. C B A so that drift hits each ali
                (it preloads torch's GNU OpenMP)
     tcmalloc   + Debian's tcmalloc (libtcmalloc_minimal.so.4)
     iomp       + tcmalloc and Intel OpenMP (libiomp5.so: vLLM then sets KMP_BLOCKTIME=5)
-    obsspec    iomp, and the worker sleeping after 5 ms idle: obsspec's CPU default
+    obsspec    iomp, and the worker sleeping after 5 ms idle: obsspec's CPU default (and its
+               dtype: float32 on a CPU without bfloat16 instructions, obsspec.inference.cpu_dtype)
+    bfloat16   obsspec, but computing in bfloat16 whatever the CPU
+The first four keep the model's dtype choice as obsspec makes it ('auto').
 Per engine: decode tokens/s with one stream and with N at once (64-token replies, ignore
 EOS), and the CPU seconds the engine's processes use in the `idle_s` seconds after a request
 ends (`idle_cpu_s`, split per second): vLLM's worker spins on its message queue for
@@ -26,7 +30,7 @@ import os
 import statistics
 import time
 
-SETUPS = ("vllm", "tcmalloc", "iomp", "obsspec")
+SETUPS = ("vllm", "tcmalloc", "iomp", "obsspec", "bfloat16")
 VLLM_SPIN_S = 1.0  # shm_broadcast.SpinCondition's own busy_loop_s
 
 
@@ -44,7 +48,7 @@ def libraries(setup: str) -> list[str]:
 def spin(setup: str) -> float | None:
     """The worker's idle spin: vLLM's own but for obsspec's default (None: chosen as a user's
     engine chooses it)."""
-    return None if setup == "obsspec" else VLLM_SPIN_S
+    return None if setup in ("obsspec", "bfloat16") else VLLM_SPIN_S
 
 
 def engine_cpu_s() -> float:
@@ -86,6 +90,7 @@ async def idle_burn(engine, prompt_ids, idle_s: float) -> list[float]:
 
 
 async def one_engine(model, setup: str, args, prompt_ids) -> dict:
+    from obsspec.inference.cpu_dtype import engine_dtype
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 
     settings = EngineSettings(
@@ -96,6 +101,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         cpu_cores=None if args.cores == "auto" else args.cores,
         cpu_libraries=libraries(setup),
         worker_spin_s=spin(setup),
+        dtype="bfloat16" if setup == "bfloat16" else "auto",
     )
     start = time.monotonic()
     async with LocalVLLMEngine(settings) as engine:
@@ -113,6 +119,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         "idle": idle,
         "preloaded": preloaded,
         "worker_spin_s": spin_s,
+        "dtype": engine_dtype(settings.dtype),
     }
 
 
@@ -153,6 +160,7 @@ def summary(runs: list[dict]) -> dict:
     return {
         "preloaded": runs[0]["preloaded"],
         "worker_spin_s": runs[0]["worker_spin_s"],
+        "dtype": runs[0]["dtype"],
         "load_s": round(statistics.fmean(r["load_s"] for r in runs), 1),
         "tok_per_s_single": round(statistics.fmean(r["single"] for r in runs), 1),
         "tok_per_s_many": round(statistics.fmean(r["many"] for r in runs), 1),

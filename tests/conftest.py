@@ -210,8 +210,12 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
 
 @contextlib.contextmanager
 def serve_tiny(model_dir: Path, log: Path, *args: str):
-    """`vllm serve` of model_dir as 'tiny' on a free loopback port until the block ends."""
+    """`vllm serve` of model_dir as 'tiny' on a free loopback port until the block ends, in
+    the dtype obsspec's own engines choose here (float32 on a CPU without bfloat16
+    instructions: obsspec.inference.cpu_dtype), so the two give the same log-probabilities."""
     import httpx
+
+    from obsspec.inference.cpu_dtype import engine_dtype
 
     port = free_port()
     cmd = [
@@ -232,6 +236,8 @@ def serve_tiny(model_dir: Path, log: Path, *args: str):
         "--kv-cache-memory-bytes",
         str(256 << 20),
         "--disable-uvicorn-access-log",
+        "--dtype",
+        engine_dtype("auto"),
         *args,
     ]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
