@@ -10,7 +10,7 @@ on the same core(s), run in the order A B C .. C B A so that drift hits each ali
                (it preloads torch's GNU OpenMP)
     tcmalloc   + Debian's tcmalloc (libtcmalloc_minimal.so.4)
     iomp       + tcmalloc and Intel OpenMP (libiomp5.so: vLLM then sets KMP_BLOCKTIME=5)
-    obsspec    iomp, and the worker sleeping after 5 ms idle: obsspec's CPU default (and its
+    obsspec    iomp, and the worker sleeping after 50 ms idle: obsspec's CPU default (and its
                dtype: float32 on a CPU without bfloat16 instructions, obsspec.inference.cpu_dtype)
     bfloat16   obsspec, but computing in bfloat16 whatever the CPU
 The first four keep the model's dtype choice as obsspec makes it ('auto').

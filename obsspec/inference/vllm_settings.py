@@ -102,7 +102,7 @@ class EngineSettings(StrictModel):
         default=None,
         ge=0,
         description="Seconds vLLM's worker busy-waits for its next step before it sleeps "
-        "(obsspec.inference.worker_spin) [default: 0.005 on the CPU build, where vLLM's own "
+        "(obsspec.inference.worker_spin) [default: 0.05 on the CPU build, where vLLM's own "
         "1 s burns a core-second after every answer; vLLM's own on GPU].",
     )
     allow_untested_vllm: bool = Field(
@@ -121,7 +121,7 @@ def current_platform_kind() -> Platform:
 
 
 def worker_spin_s(settings: EngineSettings, platform: Platform) -> float | None:
-    """The idle spin of this engine's workers: the setting, else 5 ms on CPU; None leaves
+    """The idle spin of this engine's workers: the setting, else 50 ms on CPU; None leaves
     vLLM's own (1 s)."""
     if settings.worker_spin_s is not None:
         return settings.worker_spin_s

@@ -1,7 +1,7 @@
 """How long vLLM's worker busy-waits for its next step before it sleeps: the one place that
 knows where vLLM 0.32 keeps that figure, and the one place that changes it.
 
-    with engine_process_env(cores, libraries, worker_spin_s=0.005):  # the engine's parent
+    with engine_process_env(cores, libraries, worker_spin_s=0.05):  # the engine's parent
         AsyncLLM.from_engine_args(...)
     apply_from_environment()              # in each worker, as vLLM builds it (worker_extension)
 
@@ -11,8 +11,10 @@ writer pings with every step (shm_broadcast.SpinCondition). vLLM fixes that at 1
 of the class, not a setting: on a GPU machine it saves microseconds a step. On a CPU machine it
 burns a core-second after every answer, on cores that the sandboxes and the other engine
 share: a world-model engine asked once per command turn spins about as long as it predicts.
-The CPU default here is 5 ms: a gap between steps longer than that costs one socket wake-up
-(tens of microseconds) against steps of tens of milliseconds. Measured in docs/benchmarks.md
+The CPU default here is 50 ms: steps that follow one another keep the worker spinning, and
+a gap longer than that costs one socket wake-up. With 5 ms the 135M model decoded 5-7% slower
+(a wake-up between most steps on a busy machine); with 50 ms as fast as with vLLM's second,
+and 0.06 core-seconds burnt after a request instead of 1.0. Measured in docs/benchmarks.md
 (`bench/engine_cpu_setup.py`).
 
 The figure can only be changed inside the worker process, before the worker opens its queues.
@@ -32,7 +34,7 @@ from collections.abc import Iterator
 from obsspec.errors import EngineError
 
 SPIN_VARIABLE = "OBSSPEC_VLLM_WORKER_SPIN_S"
-CPU_DEFAULT_SPIN_S = 0.005
+CPU_DEFAULT_SPIN_S = 0.05
 VLLM_SPIN_S = 1.0  # what vLLM 0.32's SpinCondition spins unless told
 PARAMETER = "busy_loop_s"
 

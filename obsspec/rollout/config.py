@@ -101,7 +101,7 @@ class EngineOptions(StrictModel):
         default=None,
         ge=0,
         description="Seconds both engines' vLLM workers busy-wait for their next step before "
-        "they sleep [default: 0.005 on the CPU build, where vLLM's own 1 s burns a core-second "
+        "they sleep [default: 0.05 on the CPU build, where vLLM's own 1 s burns a core-second "
         "after every answer; vLLM's own on GPU].",
     )
 

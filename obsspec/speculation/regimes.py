@@ -52,7 +52,7 @@ BUSY, IDLE = 0.5, 0.1  # busy fractions at or above which / at or below which a 
 # After each step vLLM's worker spins on its message queue before it sleeps (shm_broadcast's
 # busy loop; docs/benchmarks.md measured 0.98 CPU-seconds in the second after a request): for
 # that long after its last question the world model's engine still takes its core. vLLM's own
-# is 1 s; obsspec's CPU engines sleep after 5 ms (obsspec.inference.worker_spin), and the
+# is 1 s; obsspec's CPU engines sleep after 50 ms (obsspec.inference.worker_spin), and the
 # session gives the gate its engine's figure. This is the figure where it is not known.
 BUSY_TAIL_S = 1.0
 MAX_SLOWDOWN = 10.0  # a ratio of two noisy means is clipped: beyond this it decides nothing new

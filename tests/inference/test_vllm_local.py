@@ -270,9 +270,9 @@ async def test_engine_threads_bind_to_the_cores_asked_for(tiny_model_dir):
 
 async def test_an_idle_worker_sleeps_instead_of_spinning_a_core(tiny_engine, tiny_model_dir):
     """vLLM's worker would spin for 1 s after every step (a core-second burnt after each
-    answer on a CPU machine); by default on CPU it sleeps after 5 ms
+    answer on a CPU machine); by default on CPU it sleeps after 50 ms
     (obsspec.inference.worker_spin). Measured: 1.0 core-second in the 1.5 s after a request
-    with vLLM's own, 0.04 with 5 ms."""
+    with vLLM's own, 0.06 with 50 ms."""
     import psutil
 
     from obsspec.inference.worker_spin import CPU_DEFAULT_SPIN_S
