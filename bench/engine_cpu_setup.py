@@ -31,7 +31,6 @@ import statistics
 import time
 
 SETUPS = ("vllm", "tcmalloc", "iomp", "obsspec", "bfloat16")
-VLLM_SPIN_S = 1.0  # shm_broadcast.SpinCondition's own busy_loop_s
 
 
 def libraries(setup: str) -> list[str]:
@@ -48,6 +47,8 @@ def libraries(setup: str) -> list[str]:
 def spin(setup: str) -> float | None:
     """The worker's idle spin: vLLM's own but for obsspec's default (None: chosen as a user's
     engine chooses it)."""
+    from obsspec.inference.worker_spin import VLLM_SPIN_S
+
     return None if setup in ("obsspec", "bfloat16") else VLLM_SPIN_S
 
 

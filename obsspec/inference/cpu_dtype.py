@@ -47,7 +47,7 @@ def native_bf16(machine: str | None = None, flags: set[str] | None = None) -> bo
 
 def engine_dtype(asked: str, *, machine: str | None = None, flags: set[str] | None = None) -> str:
     """What a CPU engine is started with: the dtype asked for, but float32 for 'auto' where
-    bfloat16 would fall back to torch's unbatched linear."""
+    bfloat16 would fall back to torch's poorly batching linear."""
     if asked == "auto" and native_bf16(machine, flags) is False:
         return "float32"
     return asked

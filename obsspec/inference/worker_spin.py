@@ -1,7 +1,7 @@
 """How long vLLM's worker busy-waits for its next step before it sleeps: the one place that
 knows where vLLM 0.32 keeps that figure, and the one place that changes it.
 
-    with engine_process_env(cores, libraries, worker_spin_s=0.05):  # the engine's parent
+    with spin_variable(0.05):             # the engine's parent, while vLLM spawns its processes
         AsyncLLM.from_engine_args(...)
     apply_from_environment()              # in each worker, as vLLM builds it (worker_extension)
 

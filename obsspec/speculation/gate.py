@@ -31,8 +31,8 @@ the same engine load); and s_c, the slowdown of commands (seconds of runs of the
 line, busy against idle); both `prior_slowdown` until measured at this load. Its P seconds
 of work, and the T seconds its engine's worker spins after each answer (`busy_tail_s`: the
 engine's own figure, obsspec.inference.worker_spin; 1 s, vLLM's, where unknown), cost each of
-the L other requests s*(P + T) and
-each of the C commands running (this one included) s_c*(P + T). When
+the L other requests s*(P + T) and each of the C commands running (this one included)
+s_c*(P + T). When
 the expected saving is not positive the world model is not asked, so its engine does no
 work; the cheap predictors (state cache, rules, repeats) are still asked, and a guess of
 theirs is branched on when it pays (`should_branch`). Every `explore_every`-th question

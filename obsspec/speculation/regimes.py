@@ -47,6 +47,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
+from obsspec.inference.worker_spin import VLLM_SPIN_S
+
 Clock = Callable[[], float]
 BUSY, IDLE = 0.5, 0.1  # busy fractions at or above which / at or below which a sample counts
 # After each step vLLM's worker spins on its message queue before it sleeps (shm_broadcast's
@@ -54,7 +56,7 @@ BUSY, IDLE = 0.5, 0.1  # busy fractions at or above which / at or below which a 
 # that long after its last question the world model's engine still takes its core. vLLM's own
 # is 1 s; obsspec's CPU engines sleep after 50 ms (obsspec.inference.worker_spin), and the
 # session gives the gate its engine's figure. This is the figure where it is not known.
-BUSY_TAIL_S = 1.0
+BUSY_TAIL_S = VLLM_SPIN_S
 MAX_SLOWDOWN = 10.0  # a ratio of two noisy means is clipped: beyond this it decides nothing new
 
 
