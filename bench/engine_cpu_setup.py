@@ -2,7 +2,7 @@
 
 Prints one JSON object. Usage: python bench/engine_cpu_setup.py [--model NAME|PATH]
 [--cores 0] [--tokens 64] [--streams 8] [--idle-s 2]
-[--setups vllm,tcmalloc,iomp,obsspec,bfloat16].
+[--setups vllm,tcmalloc,iomp,core-spin,obsspec,bfloat16].
 
 Setups (obsspec.inference.cpu_libraries and obsspec.inference.worker_spin), each a fresh engine
 on the same core(s), run in the order A B C .. C B A so that drift hits each alike:
@@ -10,12 +10,17 @@ on the same core(s), run in the order A B C .. C B A so that drift hits each ali
                (it preloads torch's GNU OpenMP)
     tcmalloc   + Debian's tcmalloc (libtcmalloc_minimal.so.4)
     iomp       + tcmalloc and Intel OpenMP (libiomp5.so: vLLM then sets KMP_BLOCKTIME=5)
-    obsspec    iomp, and the worker sleeping after 50 ms idle: obsspec's CPU default (and its
-               dtype: float32 on a CPU without bfloat16 instructions, obsspec.inference.cpu_dtype)
+    core-spin  iomp, and the worker sleeping after 50 ms idle, the engine core still spinning
+               vLLM's 1 s while it waits for each step's result
+    obsspec    iomp, the worker sleeping after 50 ms idle and the engine core not spinning:
+               obsspec's CPU default (and its dtype: float32 on a CPU without bfloat16
+               instructions, obsspec.inference.cpu_dtype)
     bfloat16   obsspec, but computing in bfloat16 whatever the CPU
 The first four keep the model's dtype choice as obsspec makes it ('auto').
 Per engine: decode tokens/s with one stream and with N at once (64-token replies, ignore
-EOS), and the CPU seconds the engine's processes use in the `idle_s` seconds after a request
+EOS), the cores the engine's processes keep busy while N streams decode (`busy_cores`: CPU
+seconds over wall seconds; the worker computes on its core, the engine core waits for it),
+and the CPU seconds the engine's processes use in the `idle_s` seconds after a request
 ends (`idle_cpu_s`, split per second): vLLM's worker spins on its message queue for
 `busy_loop_s` after each step (shm_broadcast), and OpenMP threads may spin too. A CPU second
 burnt while idle is a second a sandbox or the other engine on that core does not get.
@@ -30,7 +35,7 @@ import os
 import statistics
 import time
 
-SETUPS = ("vllm", "tcmalloc", "iomp", "obsspec", "bfloat16")
+SETUPS = ("vllm", "tcmalloc", "iomp", "core-spin", "obsspec", "bfloat16")
 
 
 def libraries(setup: str) -> list[str]:
@@ -44,12 +49,14 @@ def libraries(setup: str) -> list[str]:
     return [str(tcmalloc)] if setup == "tcmalloc" else default_libraries()
 
 
-def spin(setup: str) -> float | None:
-    """The worker's idle spin: vLLM's own but for obsspec's default (None: chosen as a user's
-    engine chooses it)."""
+def spins(setup: str) -> tuple[float | None, float | None]:
+    """The worker's idle spin and the engine core's: vLLM's own but for obsspec's defaults
+    (None: chosen as a user's engine chooses it)."""
     from obsspec.inference.worker_spin import VLLM_SPIN_S
 
-    return None if setup in ("obsspec", "bfloat16") else VLLM_SPIN_S
+    if setup in ("obsspec", "bfloat16"):
+        return None, None
+    return (None, VLLM_SPIN_S) if setup == "core-spin" else (VLLM_SPIN_S, VLLM_SPIN_S)
 
 
 def engine_cpu_s() -> float:
@@ -67,15 +74,21 @@ def engine_cpu_s() -> float:
 
 
 async def rate(engine, prompt_ids, streams: int, tokens: int, seed: int) -> float:
+    return (await decode(engine, prompt_ids, streams, tokens, seed))[0]
+
+
+async def decode(engine, prompt_ids, streams: int, tokens: int, seed: int) -> tuple[float, float]:
+    """Tokens/s of `streams` requests at once, and the cores the engine kept busy meanwhile."""
     from obsspec.inference.base import Sampling
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), engine_cpu_s()
     sampling = [
         Sampling(max_tokens=tokens, temperature=1.0, seed=seed + i, ignore_eos=True)
         for i in range(streams)
     ]
     gens = await asyncio.gather(*(engine.generate(prompt_ids, s) for s in sampling))
-    return sum(len(g.token_ids) for g in gens) / (time.monotonic() - start)
+    seconds = time.monotonic() - start
+    return sum(len(g.token_ids) for g in gens) / seconds, (engine_cpu_s() - cpu) / seconds
 
 
 async def idle_burn(engine, prompt_ids, idle_s: float) -> list[float]:
@@ -101,7 +114,8 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         max_num_seqs=max(args.streams, 8),
         cpu_cores=None if args.cores == "auto" else args.cores,
         cpu_libraries=libraries(setup),
-        worker_spin_s=spin(setup),
+        worker_spin_s=spins(setup)[0],
+        engine_core_spin_s=spins(setup)[1],
         dtype="bfloat16" if setup == "bfloat16" else "auto",
     )
     start = time.monotonic()
@@ -109,7 +123,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         load_s = time.monotonic() - start
         await rate(engine, prompt_ids, 1, 8, 0)  # warm-up: the first request is slow
         single = await rate(engine, prompt_ids, 1, args.tokens, 1)
-        many = await rate(engine, prompt_ids, args.streams, args.tokens, 2)
+        many, busy_cores = await decode(engine, prompt_ids, args.streams, args.tokens, 2)
         idle = await idle_burn(engine, prompt_ids, args.idle_s)
         preloaded = [os.path.basename(path) for path in engine.preloaded]
         spin_s = await engine.worker_spin_s()
@@ -117,6 +131,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         "load_s": load_s,
         "single": single,
         "many": many,
+        "busy_cores": busy_cores,
         "idle": idle,
         "preloaded": preloaded,
         "worker_spin_s": spin_s,
@@ -165,11 +180,17 @@ def summary(runs: list[dict]) -> dict:
         "load_s": round(statistics.fmean(r["load_s"] for r in runs), 1),
         "tok_per_s_single": round(statistics.fmean(r["single"] for r in runs), 1),
         "tok_per_s_many": round(statistics.fmean(r["many"] for r in runs), 1),
+        "busy_cores": round(statistics.fmean(r["busy_cores"] for r in runs), 2),
         "idle_cpu_s": [
             round(statistics.fmean(s), 3) for s in zip(*(r["idle"] for r in runs), strict=True)
         ],
         "each": [
-            {"single": round(r["single"], 1), "many": round(r["many"], 1), "idle": r["idle"]}
+            {
+                "single": round(r["single"], 1),
+                "many": round(r["many"], 1),
+                "busy_cores": round(r["busy_cores"], 2),
+                "idle": r["idle"],
+            }
             for r in runs
         ],
     }

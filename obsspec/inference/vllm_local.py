@@ -36,6 +36,7 @@ from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
 from obsspec.inference.vllm_settings import (
     EngineSettings,
     current_platform_kind,
+    engine_core_spin_s,
     engine_kwargs,
     worker_spin_s,
 )
@@ -148,7 +149,7 @@ class LocalVLLMEngine:
             self.idle_spin_s = VLLM_SPIN_S if spin is None else spin
             with (
                 engine_process_env(cores, libraries) as self.preloaded,
-                spin_variable(spin),
+                spin_variable(spin, core=engine_core_spin_s(s, platform)),
             ):
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except EngineError:

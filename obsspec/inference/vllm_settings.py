@@ -26,7 +26,7 @@ from pydantic import Field
 
 from obsspec.config import CoreList, StrictModel
 from obsspec.inference.cpu_dtype import engine_dtype
-from obsspec.inference.worker_spin import CPU_DEFAULT_SPIN_S
+from obsspec.inference.worker_spin import CPU_DEFAULT_SPIN_S, CPU_ENGINE_CORE_SPIN_S
 
 Platform = Literal["cpu", "cuda"]
 
@@ -105,6 +105,13 @@ class EngineSettings(StrictModel):
         "(obsspec.inference.worker_spin) [default: 0.05 on the CPU build, where vLLM's own "
         "1 s burns a core-second after every answer; vLLM's own on GPU].",
     )
+    engine_core_spin_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds vLLM's engine core busy-waits for its worker's result of a step "
+        "before it sleeps (obsspec.inference.worker_spin) [default: 0 on the CPU build, where "
+        "vLLM's own 1 s spins through every forward pass on a second core; vLLM's own on GPU].",
+    )
     allow_untested_vllm: bool = Field(
         default=False,
         description="Start even when the installed vLLM is outside the versions whose "
@@ -118,6 +125,14 @@ def current_platform_kind() -> Platform:
     from vllm.platforms import current_platform
 
     return "cpu" if current_platform.is_cpu() else "cuda"
+
+
+def engine_core_spin_s(settings: EngineSettings, platform: Platform) -> float | None:
+    """How long this engine's core spins for a step's result: the setting, else 0 on CPU;
+    None leaves vLLM's own (1 s)."""
+    if settings.engine_core_spin_s is not None:
+        return settings.engine_core_spin_s
+    return CPU_ENGINE_CORE_SPIN_S if platform == "cpu" else None
 
 
 def worker_spin_s(settings: EngineSettings, platform: Platform) -> float | None:

@@ -1,9 +1,10 @@
 """How long vLLM's worker busy-waits for its next step before it sleeps: the one place that
 knows where vLLM 0.32 keeps that figure, and the one place that changes it.
 
-    with spin_variable(0.05):             # the engine's parent, while vLLM spawns its processes
+    with spin_variable(0.05, core=0.0):   # the engine's parent, while vLLM spawns its processes
         AsyncLLM.from_engine_args(...)
     apply_from_environment()              # in each worker, as vLLM builds it (worker_extension)
+    apply_in_engine_core()                # in the engine core (a vLLM plugin: pyproject.toml)
 
 vLLM's worker takes each step from a shared-memory queue. After reading one it spins
 (sched_yield in a loop) for `busy_loop_s` seconds before it sleeps on a socket that the queue's
@@ -16,6 +17,15 @@ a gap longer than that costs one socket wake-up. With 5 ms the 135M model decode
 (a wake-up between most steps on a busy machine); with 50 ms as fast as with vLLM's second,
 and 0.06 core-seconds burnt after a request instead of 1.0. Measured in docs/benchmarks.md
 (`bench/engine_cpu_setup.py`).
+
+The engine core (vLLM's scheduler, a process of its own) reads each step's result from the
+worker through the same kind of queue, and spins the same second while it waits: for the whole
+of every forward pass, which on a CPU lasts 10-100 ms, so a decoding engine burns a second core
+(about 0.6 of one measured in `obsspec profile`'s policy engine) besides its worker's. That
+core is the one the sandboxes and the world model's engine run on. So on the CPU build the
+engine core does not spin at all (`core` = 0): it sleeps on the socket until the worker's
+result is written, one wake-up a step, which a step of tens of milliseconds does not notice.
+It follows `worker_spin_s`: null leaves both spins vLLM's.
 
 The figure can only be changed inside the worker process, before the worker opens its queues.
 vLLM imports the worker extension's module (obsspec.inference.worker_extension) in the worker
@@ -34,7 +44,9 @@ from collections.abc import Iterator
 from obsspec.errors import EngineError
 
 SPIN_VARIABLE = "OBSSPEC_VLLM_WORKER_SPIN_S"
+CORE_SPIN_VARIABLE = "OBSSPEC_VLLM_ENGINE_CORE_SPIN_S"
 CPU_DEFAULT_SPIN_S = 0.05
+CPU_ENGINE_CORE_SPIN_S = 0.0  # the engine core waits a whole forward pass: never worth a spin
 VLLM_SPIN_S = 1.0  # what vLLM 0.32's SpinCondition spins unless told
 PARAMETER = "busy_loop_s"
 
@@ -85,16 +97,33 @@ def apply_from_environment() -> float | None:
     return float(value)
 
 
+def apply_in_engine_core() -> float | None:
+    """vLLM's general plugin (loaded in each of its processes): in the engine core, before it
+    builds the queues it reads the worker's results from, the spin its parent asked for there
+    (None: another process, or vLLM's own)."""
+    import multiprocessing
+
+    value = os.environ.get(CORE_SPIN_VARIABLE)
+    if value is None or not multiprocessing.current_process().name.startswith("EngineCore"):
+        return None
+    set_worker_spin(float(value))
+    return float(value)
+
+
 @contextlib.contextmanager
-def spin_variable(seconds: float | None) -> Iterator[None]:
-    """SPIN_VARIABLE set while the engine spawns its processes (None: not set), then restored."""
-    previous = os.environ.get(SPIN_VARIABLE)
-    if seconds is not None:
-        os.environ[SPIN_VARIABLE] = repr(float(seconds))
+def spin_variable(seconds: float | None, *, core: float | None = None) -> Iterator[None]:
+    """SPIN_VARIABLE (the workers') and CORE_SPIN_VARIABLE (the engine core's) set while the
+    engine spawns its processes (None: not set), then restored."""
+    values = {SPIN_VARIABLE: seconds, CORE_SPIN_VARIABLE: core}
+    previous = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = repr(float(value))
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(SPIN_VARIABLE, None)
-        else:
-            os.environ[SPIN_VARIABLE] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

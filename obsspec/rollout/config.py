@@ -104,6 +104,13 @@ class EngineOptions(StrictModel):
         "they sleep [default: 0.05 on the CPU build, where vLLM's own 1 s burns a core-second "
         "after every answer; vLLM's own on GPU].",
     )
+    engine_core_spin_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds both engines' vLLM engine cores busy-wait for their worker's "
+        "result of a step before they sleep [default: 0 on the CPU build, where vLLM's own "
+        "1 s spins through every forward pass on a second core; vLLM's own on GPU].",
+    )
 
 
 class SpeculationConfig(SpeculationSettings):

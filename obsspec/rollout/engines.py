@@ -64,6 +64,7 @@ def engine_settings(
         enforce_eager=options.enforce_eager,
         cpu_libraries=options.cpu_libraries,
         worker_spin_s=options.worker_spin_s,
+        engine_core_spin_s=options.engine_core_spin_s,
         dtype=options.dtype,
         allow_untested_vllm=options.allow_untested_vllm,
         **own,
