@@ -108,6 +108,10 @@ def figures_table(report: dict) -> Table:
         table.add_row("waves seq/spec first", waves_first(report["arm_orders"]))
     if report.get("arm_order_note"):
         table.add_row(Text("note", style="yellow"), Text(report["arm_order_note"], "yellow"))
+    if str(report.get("prefix_caches", "")).startswith("shared"):  # later arms ran warmer
+        table.add_row(
+            Text("prefix caches", style="yellow"), Text(report["prefix_caches"], "yellow")
+        )
     return table
 
 

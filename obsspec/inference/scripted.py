@@ -139,6 +139,9 @@ class ScriptedEngine:
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         self.weight_version = version
 
+    async def reset_prefix_cache(self) -> None:
+        """A script caches nothing."""
+
     async def score(self, token_ids: list[int]) -> list[float | None]:
         """As its generations claim: every token after the first has the fixed logprob."""
         context_room(token_ids, self.max_model_len)
@@ -200,6 +203,9 @@ class PacedEngine:
 
     async def load_weights(self, checkpoint: Path, version: int) -> None:
         await self.engine.load_weights(checkpoint, version)
+
+    async def reset_prefix_cache(self) -> None:
+        await self.engine.reset_prefix_cache()
 
     async def score(self, token_ids: list[int]) -> list[float | None]:
         """The script's, whose replies (and their logprobs) these are."""

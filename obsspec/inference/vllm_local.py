@@ -254,6 +254,11 @@ class LocalVLLMEngine:
         await reload_from_buckets(self._started(), buckets, self._checkpoint_names())
         self.weight_version = version
 
+    async def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (no request may be running: an EngineError then)."""
+        if not await self._started().reset_prefix_cache():
+            raise EngineError("vLLM refused to reset its prefix cache: requests are running")
+
     def _checkpoint_names(self) -> CheckpointNames:
         """The served checkpoint's weight names and shapes (read once)."""
         if self._names is None:

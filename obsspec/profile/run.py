@@ -80,6 +80,7 @@ class LevelPlayed:
     orders: Counter[str] = field(default_factory=Counter)
     wm_prefix_cache: dict | None = None  # obsspec.profile.prefix_cache; None: no world model
     gate: dict | None = None  # the speculative arm's gate: decisions and what it measured
+    caches_kept: str | None = None  # why the arms shared the engines' prefix caches (None: not)
 
     def figures(self) -> dict:
         return {
@@ -92,6 +93,11 @@ class LevelPlayed:
             "arm_order_note": arm_order_note(self.orders, self.level),  # None when balanced
             "wm_prefix_cache": self.wm_prefix_cache,
             "gate": self.gate,
+            # Each arm starts with the engines' prefix caches reset (obsspec.profile.arms.Wave.
+            # start_cold); where an engine refused, later arms reuse earlier arms' contexts.
+            "prefix_caches": "reset before each arm"
+            if self.caches_kept is None
+            else f"shared between arms: {self.caches_kept}",
         }
 
 
@@ -218,6 +224,7 @@ async def play_level(
             played.orders[order_name(result.order)] += 1
             played.episodes += result.episodes
             played.lost += result.lost
+            played.caches_kept = played.caches_kept or result.caches_kept
             for arm in ARMS:
                 spans[arm] += result.spans[arm]
             for episode in result.episodes:

@@ -36,7 +36,7 @@ from pathlib import Path
 from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
 from obsspec.environments.gc import gc_containers, run_scope
 from obsspec.environments.tasks.model import Task
-from obsspec.errors import ConfigError
+from obsspec.errors import ConfigError, ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
 from obsspec.models.tokenizer import load_tokenizer
@@ -230,6 +230,19 @@ class RolloutSession:
     async def finished(self, task_id: str) -> None:
         """One expected episode of the task is over; after its last, its pool closes."""
         await self._opened_pools().finished(task_id)
+
+    async def forget_prefixes(self) -> str | None:
+        """Reset the prefix caches of the engines this session plays on, so that what runs
+        next computes its prompts anew; None when every engine did, else why one could not (a
+        server started without VLLM_SERVER_DEV_MODE, say). A profile's arms each start so."""
+        for engine in (self._engine, self._wm_engine):
+            if engine is None:
+                continue
+            try:
+                await engine.reset_prefix_cache()
+            except ObsspecError as e:
+                return str(e)
+        return None
 
     async def settle(self) -> None:
         """Wait for the sandboxes being started in the background to be ready (the warm

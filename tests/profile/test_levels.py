@@ -124,6 +124,12 @@ class FakeSession:
         self.prefilled: list[list[int]] = []
         self.played: list[tuple[str, str, float, float]] = []  # arm, task, start, end
         self.settled: list[float] = []  # when each wait for the sandboxes ended
+        self.forgotten: list[float] = []  # when the engines' prefix caches were reset
+        self.refuse_reset: str | None = None  # why the engines keep their caches
+
+    async def forget_prefixes(self) -> str | None:
+        self.forgotten.append(time.monotonic())
+        return self.refuse_reset
 
     def limits_for(self, _task):
         return self.limits
@@ -133,7 +139,7 @@ class FakeSession:
         self.settled.append(time.monotonic())
 
     async def generate(self, prompt, _sampling, priority=0):
-        self.prefilled.append(prompt)
+        self.prefilled.append((prompt, time.monotonic()))
 
     async def play(self, task, seed, *, speculate=True, loop=None, on_failure):
         arm = "oracle" if loop is not None else ("spec" if speculate else "seq")
@@ -154,7 +160,7 @@ async def test_a_wave_plays_each_arm_at_once_arm_after_arm():
     events = []
     played = await Wave(ProfileConfig(tasks="t"), session, items, 3).run(events.append)
 
-    assert len(played.episodes) == 3 and played.lost == [] and len(session.prefilled) == 3
+    assert len(played.episodes) == 3 and played.lost == [] and played.caches_kept is None
     assert [arm for arm, *_ in session.played] == ["seq"] * 3 + ["spec"] * 3 + ["oracle"] * 3
     for arm, after in (("spec", "seq"), ("oracle", "spec")):
         first_start = min(start for a, _, start, _ in session.played if a == arm)
@@ -163,7 +169,24 @@ async def test_a_wave_plays_each_arm_at_once_arm_after_arm():
     for arm, settled in zip(("seq", "spec", "oracle"), session.settled, strict=True):
         # each arm waits for the sandboxes the last one set off starting
         assert min(start for a, _, start, _ in session.played if a == arm) >= settled
+    for arm, forgotten in zip(("seq", "spec", "oracle"), session.forgotten, strict=True):
+        # each arm starts from caches reset, then its 3 prompts prefilled: nothing of another
+        first_start = min(start for a, _, start, _ in session.played if a == arm)
+        prefilled = [at for _, at in session.prefilled if forgotten <= at <= first_start]
+        assert len(prefilled) == 3
+    assert len(session.prefilled) == 9
     assert {(e.arm, e.concurrency) for e in events} == {(a, 3) for a in ("seq", "spec", "oracle")}
+
+
+async def test_engines_that_keep_their_caches_are_said_to_share_them_between_arms():
+    session = FakeSession(["a", "b"])
+    session.refuse_reset = "http://server cannot reset its prefix cache (404)"
+    items = [WorkItem(t, 0, i) for i, t in enumerate(session.tasks)]
+    played = await Wave(ProfileConfig(tasks="t"), session, items, 2).run(lambda _e: None)
+    assert played.caches_kept == session.refuse_reset and len(played.episodes) == 2
+    level = LevelPlayed(2, "arms", played.episodes, [], {}, caches_kept=played.caches_kept)
+    assert level.figures()["prefix_caches"] == f"shared between arms: {session.refuse_reset}"
+    assert LevelPlayed(2, "arms", [], [], {}).figures()["prefix_caches"] == "reset before each arm"
 
 
 async def test_an_episode_lost_in_one_arm_is_left_out_of_all():
