@@ -254,10 +254,17 @@ class LocalVLLMEngine:
         await reload_from_buckets(self._started(), buckets, self._checkpoint_names())
         self.weight_version = version
 
-    async def reset_prefix_cache(self) -> None:
-        """Forget every cached prefix (no request may be running: an EngineError then)."""
-        if not await self._started().reset_prefix_cache():
-            raise EngineError("vLLM refused to reset its prefix cache: requests are running")
+    async def reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
+        """Forget every cached prefix. vLLM refuses while requests hold blocks (one aborted a
+        moment ago may still), so it is retried for a while, then an EngineError."""
+        for _ in range(attempts):
+            if await self._started().reset_prefix_cache():
+                return
+            await asyncio.sleep(wait_s)
+        raise EngineError(
+            f"vLLM kept refusing to reset its prefix cache: requests still running after "
+            f"{attempts * wait_s:.0f} s"
+        )
 
     def _checkpoint_names(self) -> CheckpointNames:
         """The served checkpoint's weight names and shapes (read once)."""

@@ -131,6 +131,23 @@ async def test_a_prompt_extending_the_last_is_counted_as_found_in_the_prefix_cac
     assert 0 < after.prefix_hit_tokens - before.prefix_hit_tokens <= len(prompt)
 
 
+async def test_a_reset_prefix_cache_computes_the_same_prompt_anew(tiny_engine, tiny_model_dir):
+    """What a profile's arms start from (obsspec.profile.arms.Wave.start_cold)."""
+
+    async def hits(prompt) -> int:
+        before = tiny_engine.stats().prefix_hit_tokens
+        await tiny_engine.generate(prompt, Sampling(max_tokens=1))
+        for _ in range(20):  # the step's stats are recorded just after its outputs
+            await asyncio.sleep(0.05)
+        return tiny_engine.stats().prefix_hit_tokens - before
+
+    prompt = chat_ids(tiny_model_dir, "reset: " + " ".join(str(n) for n in range(100)))
+    await hits(prompt)
+    assert await hits(prompt) > 0  # cached
+    await tiny_engine.reset_prefix_cache()
+    assert await hits(prompt) == 0
+
+
 async def test_load_weights_swaps_in_place_and_forgets_cached_prefixes(
     tiny_engine, tiny_model_dir, default_model_dir, tmp_path
 ):
