@@ -174,7 +174,7 @@ class Wave:
         """Every arm starts from the same engine caches: the episodes' prompts and nothing
         else. The arms play the same episodes, and at temperature 0 the same turns: an arm
         played after another found every turn's context already computed, and ran faster for
-        it alone (make demo's profile: the first arm of each wave spent 1.5x the seconds
+        it alone (make demo's profile: the first arm of a wave spent up to 1.6x the seconds
         generating, whichever arm it was, and the oracle, always after seq, never paid)."""
         why = await self.session.forget_prefixes()
         if why is not None:
