@@ -107,6 +107,7 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
     from obsspec.inference.cpu_dtype import engine_dtype
     from obsspec.inference.vllm_local import EngineSettings, LocalVLLMEngine
 
+    worker_spin, core_spin = spins(setup)
     settings = EngineSettings(
         model=model,
         max_model_len=2048,
@@ -114,8 +115,8 @@ async def one_engine(model, setup: str, args, prompt_ids) -> dict:
         max_num_seqs=max(args.streams, 8),
         cpu_cores=None if args.cores == "auto" else args.cores,
         cpu_libraries=libraries(setup),
-        worker_spin_s=spins(setup)[0],
-        engine_core_spin_s=spins(setup)[1],
+        worker_spin_s=worker_spin,
+        engine_core_spin_s=core_spin,
         dtype="bfloat16" if setup == "bfloat16" else "auto",
     )
     start = time.monotonic()

@@ -15,6 +15,8 @@ weights, ahead of every generation: after a weight sync, a trainer compares it w
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -109,3 +111,14 @@ class Engine(Protocol):
     def stats(self) -> EngineStats: ...
 
     async def aclose(self) -> None: ...
+
+
+async def retried(attempt: Callable[[], Awaitable[bool]], attempts: int, wait_s: float) -> bool:
+    """Whether attempt() succeeded within `attempts` tries `wait_s` apart. vLLM refuses to reset
+    its prefix cache while requests hold blocks (one aborted a moment ago may still), so both
+    engines' resets try again for a while before they give up."""
+    for _ in range(attempts):
+        if await attempt():
+            return True
+        await asyncio.sleep(wait_s)
+    return False

@@ -30,6 +30,7 @@ from obsspec.inference.base import (
     GenerationProgress,
     Sampling,
     Timings,
+    retried,
 )
 
 METRIC = re.compile(r"^vllm:num_requests_(running|waiting)\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
@@ -223,8 +224,9 @@ class OpenAIEngine:
 
     async def reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
         """Drop the server's cached prefixes. vLLM refuses (success false) while running
-        requests hold blocks, so it is retried for a while, then an EngineError."""
-        for _ in range(attempts):
+        requests hold blocks, so it is retried for a while (`retried`), then an EngineError."""
+
+        async def reset() -> bool:
             response = await self._http.post("/reset_prefix_cache")
             if response.status_code != 200:
                 raise EngineError(
@@ -232,9 +234,10 @@ class OpenAIEngine:
                     "the reloaded weights would be continued from the old ones' cached state",
                     hint="start vLLM with VLLM_SERVER_DEV_MODE=1",
                 )
-            if response.json().get("success"):
-                return
-            await asyncio.sleep(wait_s)
+            return bool(response.json().get("success"))
+
+        if await retried(reset, attempts, wait_s):
+            return
         raise EngineError(
             f"{self.base_url} kept refusing to reset its prefix cache (requests still running "
             f"after {attempts * wait_s:.0f} s); the reloaded weights would be continued from "

@@ -31,6 +31,7 @@ from obsspec.inference.base import (
     Sampling,
     Timings,
     context_room,
+    retried,
 )
 from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
 from obsspec.inference.vllm_settings import (
@@ -255,12 +256,10 @@ class LocalVLLMEngine:
         self.weight_version = version
 
     async def reset_prefix_cache(self, attempts: int = 20, wait_s: float = 0.25) -> None:
-        """Forget every cached prefix. vLLM refuses while requests hold blocks (one aborted a
-        moment ago may still), so it is retried for a while, then an EngineError."""
-        for _ in range(attempts):
-            if await self._started().reset_prefix_cache():
-                return
-            await asyncio.sleep(wait_s)
+        """Forget every cached prefix, retried while vLLM refuses (`retried`), then an
+        EngineError."""
+        if await retried(self._started().reset_prefix_cache, attempts, wait_s):
+            return
         raise EngineError(
             f"vLLM kept refusing to reset its prefix cache: requests still running after "
             f"{attempts * wait_s:.0f} s"

@@ -25,7 +25,7 @@ of every forward pass, which on a CPU lasts 10-100 ms, so a decoding engine burn
 core is the one the sandboxes and the world model's engine run on. So on the CPU build the
 engine core does not spin at all (`core` = 0): it sleeps on the socket until the worker's
 result is written, one wake-up a step, which a step of tens of milliseconds does not notice.
-It follows `worker_spin_s`: null leaves both spins vLLM's.
+`[*.engine] engine_core_spin_s` sets it (vLLM's own on GPU), apart from `worker_spin_s`.
 
 The figure can only be changed inside the worker process, before the worker opens its queues.
 vLLM imports the worker extension's module (obsspec.inference.worker_extension) in the worker
