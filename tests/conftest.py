@@ -190,7 +190,30 @@ def base_image(request, docker_client, settings) -> str:
     current, detail = base_image_status(docker_client, settings.base_image)
     if not current:
         missing(request, f"{detail} (run `obsspec env build`)")
+    build_with_network(docker_client, TASK_WITH_PACKAGES)
     return settings.base_image
+
+
+# Its Dockerfile's first two lines (FROM the base image, apt-get install python3-pytest) begin
+# every fixture task that installs pytest: tests/fixtures/real_tasks and the tasks that
+# test_validate, test_verifier_hostile and test_task_formats write or copy.
+TASK_WITH_PACKAGES = Path(__file__).parent / "fixtures" / "tasks" / "tbv1-wordcount"
+
+
+def build_with_network(docker_client, task_dir: Path) -> None:
+    """Build task_dir's image with a network, once per session, as docs/tasks.md tells users
+    to: builds follow --network, so under the default `none` its apt-get fails; afterwards the
+    image is kept by its content hash and its layers are Docker's build cache, which the same
+    lines in other tasks' Dockerfiles reuse under `none`. Without this, a test that builds
+    such a task passes only if an earlier test happened to build it with a network."""
+    import asyncio
+
+    from obsspec.environments.sandbox import NetworkPolicy
+    from obsspec.environments.tasks.images import TaskImages
+    from obsspec.environments.tasks.load import load_task
+
+    images = TaskImages(docker_client, network=NetworkPolicy.verify)
+    asyncio.run(images.ensure(load_task(task_dir)))
 
 
 def free_port() -> int:
