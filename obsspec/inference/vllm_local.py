@@ -34,6 +34,7 @@ from obsspec.inference.base import (
     retried,
 )
 from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
+from obsspec.inference.engine_nice import nice_variable
 from obsspec.inference.vllm_settings import (
     EngineSettings,
     current_platform_kind,
@@ -151,6 +152,7 @@ class LocalVLLMEngine:
             with (
                 engine_process_env(cores, libraries) as self.preloaded,
                 spin_variable(spin, core=engine_core_spin_s(s, platform)),
+                nice_variable(s.nice),
             ):
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
         except EngineError:

@@ -112,6 +112,14 @@ class EngineSettings(StrictModel):
         "before it sleeps (obsspec.inference.worker_spin) [default: 0 on the CPU build, where "
         "vLLM's own 1 s spins through every forward pass on a second core; vLLM's own on GPU].",
     )
+    nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="How much nicer (lower CPU priority) the engine's processes run than "
+        "the process that starts them (obsspec.inference.engine_nice); a rollout's world-model "
+        "engine takes `speculation.wm_nice`.",
+    )
     allow_untested_vllm: bool = Field(
         default=False,
         description="Start even when the installed vLLM is outside the versions whose "

@@ -164,6 +164,15 @@ class SpeculationConfig(SpeculationSettings):
         description="CPU build: the world-model engine's cores, e.g. '1', away from the "
         "policy engine's [default: obsspec's placement (`cpu_placement`)].",
     )
+    wm_nice: int | None = Field(
+        default=None,
+        ge=0,
+        le=19,
+        description="How much nicer (lower CPU priority) the world model's engine runs than "
+        "obsspec and the policy's engine, so that commands and real turns get the cores it "
+        "shares with them first [default: 10 on the CPU build, where it shares a core with "
+        "the sandboxes; 0 on GPU].",
+    )
 
     @model_validator(mode="after")
     def _world_model_needs_speculation(self) -> SpeculationConfig:

@@ -27,6 +27,9 @@ nothing: it cannot know where that engine runs. Engines get one logical CPU per 
 core (vLLM's rule on x86: a hyperthread sibling adds contention, not speed); sandboxes get
 every logical CPU of theirs.
 Only the 2-core split is measured (docs/benchmarks.md); the larger ones follow the rule.
+Where the world model's engine shares a core with the sandboxes, the commands come first: on
+the CPU build its engine runs 10 nicer (`speculation.wm_nice`, obsspec.inference.engine_nice),
+and the plan records and prints it.
 
 A role set in the config (`engine.cpu_cores`, `speculation.wm_cpu_cores`, `sandbox_cpuset`)
 keeps its cores, and the roles left are placed on the cores no setting names. `cpu_placement
@@ -37,6 +40,7 @@ local Ray workers) each place themselves within their slice of the cores (`share
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 from collections.abc import Sequence
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from obsspec.inference.cpu_libraries import parse_cores
+from obsspec.inference.engine_nice import world_model_nice
 
 if TYPE_CHECKING:
     from obsspec.rollout.config import RolloutSettings
@@ -90,6 +95,7 @@ class CorePlan:
     sandboxes: str | None = None
     chosen: dict[str, str] = field(default_factory=dict)
     note: str = ""  # why some role could not be placed, when that happened
+    world_model_nice: int = 0  # how much nicer its engine runs (obsspec.inference.engine_nice)
 
     def describe(self) -> str:
         """One line, printed when a run starts."""
@@ -102,6 +108,8 @@ class CorePlan:
             shown = f"core {where}" if where and where.isdigit() else f"cores {where}"
             if where is None:
                 shown = "vLLM's choice" if role != "sandboxes" else "any core"
+            if role == "world_model" and self.world_model_nice:
+                shown = f"{shown} at nice +{self.world_model_nice}"
             parts.append(f"{ROLE_NAMES[role]} {shown} ({chosen})")
         size = f"{self.cores} core{'s' if self.cores > 1 else ''}"
         if self.cores != self.physical:
@@ -119,6 +127,7 @@ class CorePlan:
         return cls(
             record["cores"], record["physical_cores"], record["platform"], **fields,
             chosen=dict(record.get("chosen", {})), note=record.get("note", ""),
+            world_model_nice=record.get("world_model_nice", 0),
         )  # fmt: skip
 
     def as_dict(self) -> dict:
@@ -128,6 +137,7 @@ class CorePlan:
             "platform": self.platform,
             **{role: getattr(self, role) for role in ROLES},
             "chosen": dict(self.chosen),
+            "world_model_nice": self.world_model_nice,
             **({"note": self.note} if self.note else {}),
         }
 
@@ -269,9 +279,12 @@ def machine_plan(
     and sandboxes on this machine, `fixed` roles kept where given: for `obsspec doctor`,
     obsspec.api and bench/ scripts that start their own engines."""
     groups = physical_cores(usable_cores())
-    return plan_cores(
+    plan = plan_cores(
         groups, policy=True, world_model=world_model, fixed=fixed or {}, platform=platform
     )
+    if world_model:
+        plan = dataclasses.replace(plan, world_model_nice=world_model_nice(None, platform))
+    return plan
 
 
 # --- rollout settings -------------------------------------------------------------------------
@@ -310,11 +323,14 @@ def place(
         share=share,
         given=given,
     )
+    if world_model and not given[1]:  # an engine handed in runs as its caller started it
+        nice = world_model_nice(settings.speculation.wm_nice, platform)
+        plan = dataclasses.replace(plan, world_model_nice=nice)
     placed = settings.model_copy(
         update={
             "engine": settings.engine.model_copy(update={"cpu_cores": plan.policy}),
             "speculation": settings.speculation.model_copy(
-                update={"wm_cpu_cores": plan.world_model}
+                update={"wm_cpu_cores": plan.world_model, "wm_nice": plan.world_model_nice}
             ),
             "sandbox_cpuset": plan.sandboxes,
         }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from obsspec.errors import ConfigError
+from obsspec.inference.engine_nice import world_model_nice
 from obsspec.inference.vllm_local import EngineSettings
 from obsspec.inference.vllm_settings import Platform, current_platform_kind
 from obsspec.rollout.config import RolloutSettings
@@ -55,6 +56,7 @@ def engine_settings(
             "gpu_memory_utilization": spec.wm_gpu_memory_utilization,
             "tensor_parallel_size": spec.wm_tensor_parallel_size,
             "ngram_draft_tokens": spec.wm_draft_tokens,
+            "nice": world_model_nice(spec.wm_nice, platform),
         }
     return EngineSettings(
         model=model_dir,

@@ -114,6 +114,9 @@ def test_place_fills_the_settings_the_engines_and_pools_read():
     placed, plan = place(settings, "cpu", groups=cores(2))
     assert placed.engine.cpu_cores == "0" and plan.chosen["policy"] == "setting"
     assert placed.speculation.wm_cpu_cores == "1" and placed.sandbox_cpuset == "1"
+    # the world model's engine yields its core to the sandboxes (obsspec.inference.engine_nice)
+    assert placed.speculation.wm_nice == plan.world_model_nice == 10
+    assert "world model core 1 at nice +10 (obsspec)" in plan.describe()
     assert CorePlan.of(plan.as_dict()) == plan
     oracle, plan = place(RolloutSettings(policy="oracle"), "cpu", groups=cores(2))
     assert oracle.sandbox_cpuset is None and plan.describe().endswith("(unpinned)")
