@@ -34,7 +34,7 @@ from obsspec.inference.base import (
     retried,
 )
 from obsspec.inference.cpu_libraries import engine_process_env, parse_cores
-from obsspec.inference.engine_nice import nice_variable
+from obsspec.inference.engine_nice import child_pids, renice_processes
 from obsspec.inference.vllm_settings import (
     EngineSettings,
     current_platform_kind,
@@ -152,9 +152,11 @@ class LocalVLLMEngine:
             with (
                 engine_process_env(cores, libraries) as self.preloaded,
                 spin_variable(spin, core=engine_core_spin_s(s, platform)),
-                nice_variable(s.nice),
             ):
+                others = child_pids()
                 self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[self._load.factory])
+            # Started, its niceness now (obsspec.inference.engine_nice says why not before)
+            renice_processes(child_pids() - others, s.nice)
         except EngineError:
             raise
         except Exception as e:

@@ -6,12 +6,10 @@ to import it: it names the class by WORKER_EXTENSION (obsspec.inference.weight_l
 
 from __future__ import annotations
 
-from obsspec.inference import engine_nice
 from obsspec.inference.weight_loading import WeightBucketReceiver
 from obsspec.inference.worker_spin import apply_from_environment, worker_spin
 
 apply_from_environment()
-engine_nice.apply_from_environment()  # a no-op where vLLM's plugin already applied it
 
 
 class ObsspecWorker(WeightBucketReceiver):

@@ -1,11 +1,12 @@
 """An engine's processes run nicer than their parent when asked (obsspec.inference.engine_nice):
-every thread, those started before and after; never the parent; the world model's engine by
-default on the CPU build. The real engine: a vLLM engine core and worker, started here."""
+every thread, those running and those started after; never the parent; the world model's
+engine by default on the CPU build. The real engine: a vLLM engine core and worker."""
 
 import asyncio
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,63 +23,46 @@ def thread_niceness(pid: int) -> list[int]:
     return [os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(tasks)]
 
 
-def child(report) -> None:
-    """A process as vLLM spawns one: a thread before the plugin runs, one after."""
-    before = threading.Thread(target=threading.Event().wait, daemon=True)
-    before.start()
-    applied = engine_nice.apply_from_environment()
-    again = engine_nice.apply_from_environment()  # the plugin and the worker hook both call it
+def child(ready, go, report) -> None:
+    """A process as an engine's: threads already running when it is reniced, one after."""
+    for _ in range(2):
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+    ready.send(True)
+    go.recv()  # reniced meanwhile
     after = []
     worker = threading.Thread(target=lambda: after.append(os.getpriority(os.PRIO_PROCESS, 0)))
     worker.start()
     worker.join()
-    report.send((applied, again, thread_niceness(os.getpid()), after[0]))
+    report.send((thread_niceness(os.getpid()), after[0]))
 
 
-def run_child(monkeypatch, value: str | None):
-    if value is None:
-        monkeypatch.delenv(engine_nice.NICE_VARIABLE, raising=False)
-    else:
-        monkeypatch.setenv(engine_nice.NICE_VARIABLE, value)
-    receive, send = multiprocessing.get_context("spawn").Pipe(duplex=False)
-    process = multiprocessing.get_context("spawn").Process(target=child, args=(send,))
+def test_every_thread_of_an_engine_process_runs_nicer_and_new_ones_inherit_it():
+    spawn = multiprocessing.get_context("spawn")
+    (ready_r, ready_w), (go_r, go_w), (report_r, report_w) = (spawn.Pipe(False) for _ in "abc")
+    process = spawn.Process(target=child, args=(ready_w, go_r, report_w))
     process.start()
-    result = receive.recv()
+    ready_r.recv()
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert engine_nice.renice_processes({process.pid, 2**22 + 7}, 7) == min(19, base + 7)
+    assert engine_nice.renice_processes({process.pid}, 7) == min(19, base + 7)  # not twice
+    go_w.send(True)
+    threads, after = report_r.recv()
     process.join(30)
-    return result
+    assert set(threads) == {min(19, base + 7)} and len(threads) >= 3, threads
+    assert after == min(19, base + 7)  # a thread started later inherits it
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the caller keeps its own
 
 
-def test_every_thread_of_an_engine_process_runs_nicer(monkeypatch):
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    target = min(19, base + 7)
-    applied, again, threads, after = run_child(monkeypatch, str(target))
-    assert applied == again == target  # the plugin and the worker hook: not raised twice
-    assert set(threads) == {target} and len(threads) >= 2
-    assert after == target  # a thread started later inherits it
-
-
-def test_nothing_changes_without_the_variable(monkeypatch):
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    applied, _, threads, _ = run_child(monkeypatch, None)
-    assert applied is None and set(threads) == {base}
-
-
-def test_the_process_that_starts_the_engine_keeps_its_priority(monkeypatch):
-    """vLLM loads its plugins in the parent too, while the variable is set for the children."""
-    monkeypatch.setenv(engine_nice.NICE_VARIABLE, "5")
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    assert engine_nice.apply_from_environment() is None
-    assert os.getpriority(os.PRIO_PROCESS, 0) == before
-
-
-def test_the_variable_is_set_only_while_the_engine_spawns(monkeypatch):
-    monkeypatch.setenv(engine_nice.NICE_VARIABLE, "3")  # left by someone: 0 must not inherit it
-    with engine_nice.nice_variable(0):
-        assert engine_nice.NICE_VARIABLE not in os.environ
-    with engine_nice.nice_variable(10):  # what the engine's processes run at
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        assert os.environ[engine_nice.NICE_VARIABLE] == str(min(19, base + 10))
-    assert os.environ[engine_nice.NICE_VARIABLE] == "3"
+def test_nothing_is_reniced_at_zero():
+    spawn = multiprocessing.get_context("spawn")
+    process = spawn.Process(target=time.sleep, args=(30,), daemon=True)
+    process.start()
+    try:
+        before = thread_niceness(process.pid)
+        engine_nice.renice_processes({process.pid}, 0)
+        assert thread_niceness(process.pid) == before
+    finally:
+        process.kill()
 
 
 def test_the_world_model_yields_by_default_on_cpu_only(tmp_path):
@@ -102,9 +86,8 @@ def test_a_niceness_out_of_range_is_refused():
 
 @pytest.mark.vllm
 def test_a_nice_engine_runs_its_core_and_workers_nicer_and_this_process_not(tiny_model_dir):
-    """vLLM's engine core and worker load the plugin (the worker also through obsspec's
-    worker extension): all their threads, the compute threads vLLM starts after, run 6
-    nicer; the driver, which started them, does not."""
+    """Once ready, the engine's core and worker run 6 nicer, every thread, the compute threads
+    among them; the driver, which started them, does not."""
     import psutil
 
     from obsspec.inference.vllm_local import LocalVLLMEngine
