@@ -20,6 +20,7 @@ from obsspec.cli.common import (
     JsonOption,
     NetworkOption,
     SetOption,
+    VerifierKitOption,
     config_sets,
     drop_unset,
     emit_json,
@@ -135,6 +136,7 @@ def collect(
     gate: GateOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    verifier_kit: VerifierKitOption = None,
     push_to_hub: PushToHubOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
@@ -177,7 +179,7 @@ def collect(
         "workers": workers,
         "ray_address": ray_address,
         "limits": drop_unset(limits),
-        **task_access_flags(image_map, network),
+        **task_access_flags(image_map, network, verifier_kit),
         "engine": {"server": server} if server else {},
         "speculation": drop_unset(
             {

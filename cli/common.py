@@ -16,6 +16,7 @@ from rich.markup import escape
 from obsspec.cli.terminal import TerminalConsole
 from obsspec.config import ConfigDeprecationWarning, GlobalConfig, load_global_config
 from obsspec.environments.sandbox import NetworkPolicy
+from obsspec.environments.verifier_kit.plan import KitMode
 from obsspec.overrides import Key, Overrides, parse_setting
 
 try:  # typer >= 0.20 ships its own copy of click
@@ -112,6 +113,17 @@ NetworkOption = Annotated[
         rich_help_panel=SANDBOX,
     ),
 ]
+VerifierKitOption = Annotated[
+    KitMode | None,
+    typer.Option(
+        "--verifier-kit",
+        case_sensitive=False,
+        help="Serve verifiers what they download at verify time (uv, its installer, pinned "
+        "Python packages) from a kit fetched once on this machine: auto, those without a "
+        "network; on, all; off, none \\[default: auto]. `obsspec env kit` prepares it.",
+        rich_help_panel=SANDBOX,
+    ),
+]
 WandbProjectOption = Annotated[
     str | None,
     typer.Option(
@@ -197,10 +209,12 @@ def alike(a: str, b: str) -> bool:
     return a[:n] == b[:n]
 
 
-def task_access_flags(image_map: list[str] | None, network: NetworkPolicy | None) -> dict:
+def task_access_flags(
+    image_map: list[str] | None, network: NetworkPolicy | None, verifier_kit: str | None = None
+) -> dict:
     """The pipeline-config flags of --image-map (with OBSSPEC_IMAGE_MAP: they win over the
-    pipeline's own `images` table) and --network, where set."""
-    flags: dict[str, Any] = {"network": network}
+    pipeline's own `images` table), --network and --verifier-kit, where set."""
+    flags: dict[str, Any] = {"network": network, "verifier_kit": verifier_kit}
     if mapped := image_map_overrides(image_map):
         flags["images"] = {"map": mapped}
     return flags

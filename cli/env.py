@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from obsspec.cli import env_determinism, env_tasks
+from obsspec.cli import env_determinism, env_kit, env_tasks
 from obsspec.cli.common import (
     ConfigOption,
     JsonOption,
@@ -27,6 +27,7 @@ app.command("generate")(env_tasks.generate)
 app.command("validate")(env_tasks.validate)
 app.command("shell")(env_tasks.shell)
 app.command("determinism")(env_determinism.determinism)
+app.command("kit")(env_kit.kit)
 
 
 class BuildSource(StrEnum):

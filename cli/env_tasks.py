@@ -13,11 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from obsspec.cli.common import (
+    CacheDirOption,
     ConfigOption,
     ImageMapOption,
     JsonOption,
     NetworkOption,
     SetOption,
+    VerifierKitOption,
     config_sets,
     emit_json,
     err,
@@ -34,6 +36,7 @@ from obsspec.cli.gate_options import (
 )
 from obsspec.cli.limit_options import TIMEOUT_RANGE, timeout_seconds
 from obsspec.environments.sandbox import NetworkPolicy, denied_internet
+from obsspec.environments.verifier_kit.plan import KitMode
 from obsspec.types import visible_controls
 
 
@@ -71,6 +74,8 @@ def validate(
     ] = 1,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    verifier_kit: VerifierKitOption = None,
+    cache_dir: CacheDirOption = None,
     fail_under: FailUnderOption = None,
     fail_over: FailOverOption = None,
     json_output: JsonOption = False,
@@ -91,7 +96,7 @@ def validate(
     gates = parse_gate_flags(fail_under, fail_over, summarize([]))
 
     settings = global_config(
-        config, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
+        config, cache_dir, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
     )
     loaded, broken = load_or_report(tasks)
     network = network or NetworkPolicy.none
@@ -105,6 +110,9 @@ def validate(
 
     for report in broken:
         show(report)
+    loaded = asyncio.run(
+        kits_for(loaded, verifier_kit, network, settings.paths.cache_dir)
+    )  # fmt: skip
     with run_scope("validate") as (client, run_id):
         reports = asyncio.run(
             validate_tasks(
@@ -126,6 +134,17 @@ def validate(
         exit_on_failed_gate(summary)
     elif summary["ok"] != summary["tasks"]:
         raise typer.Exit(1)
+
+
+async def kits_for(tasks: list, mode: KitMode | None, network: NetworkPolicy, cache_dir) -> list:
+    """tasks, those the verifier kit serves (mode, default auto) carrying it; its notes on
+    stderr."""
+    from obsspec.environments.verifier_kit.attach import with_verifier_kits
+
+    def note(message: str) -> None:
+        err.print(f"note: {message}", markup=False, highlight=False)
+
+    return await with_verifier_kits(tasks, mode or KitMode.auto, network, cache_dir, note)
 
 
 def load_or_report(spec: str):
@@ -230,6 +249,8 @@ def shell(
     ] = 120.0,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    verifier_kit: VerifierKitOption = None,
+    cache_dir: CacheDirOption = None,
     config: ConfigOption = None,
     set_keys: SetOption = None,
 ) -> None:
@@ -246,13 +267,14 @@ def shell(
     if (task is None) == (image is None):
         raise typer.BadParameter("give a task directory or --image, not both")
     settings = global_config(
-        config, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
+        config, cache_dir, sets=config_sets(set_keys), image_map=image_map, runs_tasks=True
     )
     network = network or NetworkPolicy.none
-    asyncio.run(_shell(task, image, solution, verify_after, timeout, settings, network))
+    kit = verifier_kit if verify_after else KitMode.off
+    asyncio.run(_shell(task, image, solution, verify_after, timeout, settings, network, kit))
 
 
-async def _shell(task_dir, image, solution, verify_after, timeout, settings, network) -> None:
+async def _shell(task_dir, image, solution, verify_after, timeout, settings, network, kit):
     from obsspec.environments.ceiling import SandboxCeiling, capped, within_machine
     from obsspec.environments.gc import run_scope
     from obsspec.environments.sandbox import DockerSandbox, SandboxLimits, with_network
@@ -260,6 +282,8 @@ async def _shell(task_dir, image, solution, verify_after, timeout, settings, net
     from obsspec.environments.tasks.images import TaskImages
 
     task = load_task(task_dir) if task_dir else None
+    if task is not None:
+        [task] = await kits_for([task], kit, network, settings.paths.cache_dir)
     with run_scope("shell") as (client, run_id):
         if task is not None:
             images = TaskImages(

@@ -16,6 +16,7 @@ from obsspec.cli.common import (
     JsonOption,
     NetworkOption,
     SetOption,
+    VerifierKitOption,
     config_sets,
     drop_unset,
     emit_json,
@@ -90,6 +91,7 @@ def profile(
     gate: GateOption = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    verifier_kit: VerifierKitOption = None,
     fail_under: FailUnderOption = None,
     fail_over: FailOverOption = None,
     summary: SummaryOption = None,
@@ -144,7 +146,7 @@ def profile(
             "out": out_dir,
             "overwrite": overwrite or None,
             "speculation": speculation,
-            **task_access_flags(image_map, network),
+            **task_access_flags(image_map, network, verifier_kit),
             "limits": drop_unset(
                 {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
             ),

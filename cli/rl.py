@@ -17,6 +17,7 @@ from obsspec.cli.common import (
     JsonOption,
     NetworkOption,
     SetOption,
+    VerifierKitOption,
     WandbProjectOption,
     config_sets,
     drop_unset,
@@ -131,6 +132,7 @@ def rl(
     ] = None,
     image_map: ImageMapOption = None,
     network: NetworkOption = None,
+    verifier_kit: VerifierKitOption = None,
     wandb_project: WandbProjectOption = None,
     json_output: JsonOption = False,
     cache_dir: CacheDirOption = None,
@@ -169,7 +171,7 @@ def rl(
         "cotrain": {"enabled": False} if no_cotrain else {},
         "placement": drop_unset({"rollout_workers": workers, "ray_address": ray_address}),
         "wandb": drop_unset({"project": wandb_project}),
-        **task_access_flags(image_map, network),
+        **task_access_flags(image_map, network, verifier_kit),
     }
     rl_config = load_rl_config(
         config,

@@ -64,6 +64,7 @@ class VerifierError(EnvironmentFailure):
     def __init__(self, message: str, *, output: str = "", hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.output = output  # the tail of what the verifier printed, when it ran
+        self.kit: dict | None = None  # what the verifier kit held and served, if it served
 
 
 class TaskFormatError(EnvironmentFailure):

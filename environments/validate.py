@@ -30,6 +30,10 @@ NO_NETWORK_HINT = (
     "the verifier ran without a network (--network none); if it installs tools when it runs "
     "(as Terminal-Bench's run-tests.sh does), try --network verify"
 )
+KIT_HINT = (
+    "the verifier ran without a network, served by the verifier kit (verifier_kit: what it "
+    "held and served); what it still lacked is named above; or try --network verify"
+)
 TAIL_LINES = 20
 TAIL_CHARS = 2000
 
@@ -56,6 +60,7 @@ class TaskValidation:
     solution_rewards: dict[str, float] = field(default_factory=dict)  # every key the verifier wrote
     warnings: list[str] = field(default_factory=list)  # what the task's loader ignored
     verifier_failed: bool = False  # it gave no usable reward in either arm
+    verifier_kit: dict | None = None  # what the verifier kit held and served (None: not used)
 
     @property
     def ok(self) -> bool:
@@ -102,7 +107,7 @@ async def validate_task(
             check_untouched(task, client, image, run_id, report),
         )
     if report.verifier_failed and network is NetworkPolicy.none:
-        report.errors.append(NO_NETWORK_HINT)
+        report.errors.append(KIT_HINT if report.verifier_kit else NO_NETWORK_HINT)
     report.seconds = time.monotonic() - start
     return report
 
@@ -123,7 +128,7 @@ async def check_solution(task: Task, client, image: str, run_id: str, report: Ta
     if not run.ok or verdict.reward != 1.0:  # a 0 after exit 0 needs explaining most of all
         report.solution_output = output_tail(run.result.stdout + run.result.stderr)
     report.solution_reward, report.verifier_output = verdict.reward, verdict.output
-    report.solution_rewards = verdict.rewards
+    report.solution_rewards, report.verifier_kit = verdict.rewards, verdict.kit
     if verdict.error:
         report.errors.append(f"solution run: {verdict.error}")
         report.verifier_failed = True
@@ -148,16 +153,17 @@ class Verdict:
     output: str  # the tail of the verifier's output, kept only when the reward is unexpected
     error: str | None = None  # the verifier ran but gave no usable reward
     rewards: dict[str, float] = field(default_factory=dict)
+    kit: dict | None = None  # what the verifier kit held and served, if it served
 
 
 async def verdict_of(task: Task, sandbox: Sandbox, expected: float) -> Verdict:
     try:
         outcome = await verify(task, sandbox)  # what the solution left running is killed
     except VerifierError as e:  # e.g. a tool it needs is missing: its output says which
-        return Verdict(None, output_tail(e.output), str(e))
+        return Verdict(None, output_tail(e.output), str(e), kit=e.kit)
     unexpected = outcome.reward != expected
     tail = output_tail(outcome.output) if unexpected else ""
-    return Verdict(outcome.reward, tail, rewards=dict(outcome.rewards))
+    return Verdict(outcome.reward, tail, rewards=dict(outcome.rewards), kit=outcome.kit)
 
 
 async def validate_tasks(

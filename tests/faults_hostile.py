@@ -10,6 +10,8 @@ from __future__ import annotations
 from tests.fault_row import Fault
 
 VERIFIER_HOSTILE = "tests/environments/test_verifier_hostile.py::"
+KIT = "tests/environments/test_verifier_kit.py::"
+KIT_DOCKER = "tests/environments/test_verifier_kit_docker.py::"
 VERIFIER_ORDER = "tests/environments/test_verifier_order.py::"
 TASK_LINKS = "tests/environments/test_task_links.py::"
 TERMINAL = "tests/cli/test_terminal_output.py::"
@@ -73,8 +75,8 @@ HOSTILE_FAULTS: list[Fault] = [
         "a verifier could not run its tests but wrote reward 0 (Harbor's template test.sh "
         "offline: `curl`/`uvx` missing, a host that did not resolve, pytest collected nothing)",
         "3 (1 if no episode is saved; `env validate`: 1)",
-        "a VerifierError, not a 0: `task T: the verifier never ran its tests ('/tests/test.sh: "
-        "line 4: curl: command not found'), so its reward 0 says nothing of the agent; it ran "
+        "a VerifierError, not a 0: `task T: the verifier never ran its tests ('E: Unable to "
+        "locate package curl'), so its reward 0 says nothing of the agent; it ran "
         "without a network (--network none): try --network verify`. Tests that ran and "
         "failed, or a reward of 1 despite such a line, are believed. `validate --json` keeps "
         "`solution_output` whenever the solution's reward is not 1",
@@ -92,6 +94,26 @@ HOSTILE_FAULTS: list[Fault] = [
             VERIFIER_ORDER + "test_honest_rewards_stay_rewards",
             VERIFIER_ORDER + "test_each_sign_of_a_runner_that_never_started_is_named",
             VERIFIER_ORDER + "test_tbv1_without_a_pytest_summary_names_the_cause",
+        ),
+    ),
+    Fault(
+        "a verifier served by the verifier kit offline needs what the kit does not hold: a "
+        "package pip could not fetch, a Python uv would download (`uvx -p 3.13`), an "
+        "`apt-get install` of a package the image lacks, another download",
+        "3 (1 if no episode is saved; `env validate`: 1)",
+        "a VerifierError naming it, never a 0: `the verifier never ran its tests ('error: No "
+        "interpreter found for Python 3.13 in managed installations or search path'), ...; "
+        "the verifier kit served it and lacks that`; what could not be fetched is also a "
+        "`note: verifier kit: task T: ...` line before the run, and `obsspec env kit TASKS` "
+        "exits 1 naming it",
+        "one `final` `failures.jsonl` line per episode; `validate`'s problems and its "
+        "`verifier_kit` (what was held and served)",
+        "tries them again, once each (with `--network verify` if the verifier needs it)",
+        (
+            KIT + "test_a_package_the_kit_lacks_is_a_verifier_error_naming_it_not_a_0",
+            KIT_DOCKER + "test_a_kit_missing_a_wheel_gives_a_verifier_error_not_0",
+            KIT_DOCKER + "test_env_kit_exits_1_naming_what_it_could_not_fetch",
+            VERIFIER_ORDER + "test_each_sign_of_a_runner_that_never_started_is_named",
         ),
     ),
     # --- task files and terminal output ---

@@ -11,6 +11,7 @@ from obsspec.config import StrictModel
 from obsspec.environments.sandbox import SandboxLimits
 from obsspec.environments.tasks.rewards import RewardAggregate
 from obsspec.environments.tasks.solution_split import plan_solution_file
+from obsspec.environments.verifier_kit.plan import KitPlan
 
 
 class Task(StrictModel):
@@ -46,6 +47,11 @@ class Task(StrictModel):
         description="What the loader ignored in the task's files (e.g. unknown keys).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    verifier_kit: KitPlan | None = Field(
+        default=None,
+        description="What the verifier kit serves this task's verifier (set before a run by "
+        "environments.verifier_kit.attach; None: the verifier runs as written).",
+    )
 
     @property
     def storage_mb(self) -> int | None:

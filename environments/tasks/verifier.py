@@ -9,8 +9,10 @@
        conftest.py is not merged into the uploaded tests; no reward file is left over);
     2. upload the tests (and TB v1's run-tests.sh);
     3. under `--network verify`, only now attach the network, for the verifier alone;
-    4. run the verifier in a fresh shell, with /logs/verifier created empty;
-    5. after it exits, read the rewards: at most REWARD_FILE_MAX_BYTES of a reward file.
+    4. where the task carries a verifier kit (environments.verifier_kit), upload it (uv, the
+       shims, the wheels) to a fresh /obsspec-kit and export its environment;
+    5. run the verifier in a fresh shell, with /logs/verifier created empty;
+    6. after it exits, read the rewards: at most REWARD_FILE_MAX_BYTES of a reward file.
 
 Harbor: `bash /tests/test.sh` runs under the verifier timeout with the task's `[verifier]
 env`, and the rewards are read from /logs/verifier/reward.json (one or more numeric keys) or
@@ -48,6 +50,7 @@ from obsspec.environments.tasks.rewards import (
     scalar_reward,
 )
 from obsspec.environments.tasks.text import env_prefix
+from obsspec.environments.verifier_kit.serve import KIT_ROOT, serve_kit, served_lines
 from obsspec.types import ExecResult
 
 REWARD_DIR = "/logs/verifier"
@@ -61,13 +64,15 @@ class VerifierResult:
     reward: float  # the scalar reward (environments.tasks.rewards)
     rewards: dict[str, float]  # every key the verifier wrote (reward.txt: {"reward": x})
     seconds: float
-    output: str  # the tail of the verifier's stdout and stderr (output_tail)
+    output: str  # the tail of the verifier's stdout and stderr (output_tail), + kit_note
+    kit: dict | None = None  # what the verifier kit held and served (KitPlan.summary, served)
 
 
 async def verify(task: Task, sandbox: Sandbox) -> VerifierResult:
-    """The verifier phase, steps 1 to 5 of the module docstring; the agent phase is over."""
-    await sandbox.end_agent_phase([TESTS_DIR, REWARD_DIR, TBV1_RUNNER_DIR])
+    """The verifier phase, steps 1 to 6 of the module docstring; the agent phase is over."""
+    await sandbox.end_agent_phase([TESTS_DIR, REWARD_DIR, TBV1_RUNNER_DIR, KIT_ROOT])
     await sandbox.upload(task.tests_dir, "/")  # -> /tests
+    kit = task.verifier_kit
     if task.format == "harbor":
         command = (
             f"mkdir -p {REWARD_DIR} && {env_prefix(task.verifier_env)}bash /tests/test.sh 2>&1"
@@ -76,9 +81,12 @@ async def verify(task: Task, sandbox: Sandbox) -> VerifierResult:
         await sandbox.upload(task.verifier_script, TBV1_RUNNER_DIR)
         script = f"{TBV1_RUNNER_DIR}/{task.verifier_script.name}"
         command = f"TEST_DIR={TESTS_DIR} bash {shlex.quote(script)} 2>&1"
+    if kit is not None:
+        command = await serve_kit(sandbox, kit) + command
     async with sandbox.network_for_verifier():  # the run's --network verify
         result = await sandbox.run_fresh(command, task.verifier_timeout_s)
-    output = output_tail(result.stdout + result.stderr)
+    kit_record = {**kit.summary(), "served": await served_lines(sandbox)} if kit else None
+    output = output_tail(result.stdout + result.stderr) + kit_note(kit_record)
     try:
         if result.timed_out:
             raise VerifierError(
@@ -98,8 +106,19 @@ async def verify(task: Task, sandbox: Sandbox) -> VerifierResult:
             check_tests_ran(result.stdout + result.stderr, task, sandbox)
     except VerifierError as e:
         e.output = output  # what the verifier printed says why it gave no reward
+        e.kit = kit_record
         raise
-    return VerifierResult(reward, rewards, result.duration_s, output)
+    return VerifierResult(reward, rewards, result.duration_s, output, kit_record)
+
+
+def kit_note(record: dict | None) -> str:
+    """The line the verifier's output ends with when the kit served it: what it held and
+    what its shims served (uv's installer, apt-get, each uv command)."""
+    if record is None:
+        return ""
+    held = f"uv {record['uv']}, " if record["uv"] else ""
+    served = "; ".join(record["served"]) or "nothing"
+    return f"\n[obsspec verifier kit: {held}{len(record['wheels'])} wheels; served: {served}]"
 
 
 def output_tail(text: str, limit: int = OUTPUT_CHARS) -> str:
@@ -140,7 +159,11 @@ async def read_reward_file(sandbox: Sandbox, task: Task, name: str) -> bytes | N
 NEVER_RAN = re.compile(
     r"^.*?(?:(?<![\w./-])(?:curl|wget|uvx?|pip3?|pytest|python3?): (?:command )?not found"
     r"|Could not resolve host|Temporary failure in name resolution|No module named pytest"
-    r"|\bno tests ran\b|\bcollected 0 items\b(?! /)|ERROR: file or directory not found).*$",
+    r"|\bno tests ran\b|\bcollected 0 items\b(?! /)|ERROR: file or directory not found"
+    # uv offline (the verifier kit): a package or a Python it does not hold; apt offline
+    r"|No interpreter found for Python|not found in the provided package locations"
+    r"|was not found in the cache|No solution found when resolving"
+    r"|Unable to locate package|No module named pip\b).*$",
     re.MULTILINE,
 )
 TESTS_RAN = re.compile(r"=+ .*\b[1-9]\d* (?:passed|failed)\b.* in [\d.]+s")
@@ -152,7 +175,13 @@ def never_ran_cause(output: str) -> str | None:
     if TESTS_RAN.search(output):
         return None
     match = NEVER_RAN.search(output)
-    return match.group(0).strip()[:200] if match else None
+    if match is None:
+        return None
+    cause = match.group(0).strip()
+    if "No solution found" in cause:  # uv says which package on the next line
+        following = output[match.end() :].strip().splitlines()[:1]
+        cause += " " + " ".join(line.strip(" ╰─▶") for line in following)
+    return cause[:300]
 
 
 def check_tests_ran(output: str, task: Task, sandbox: Sandbox) -> None:
@@ -161,11 +190,15 @@ def check_tests_ran(output: str, task: Task, sandbox: Sandbox) -> None:
     if cause is None:
         return
     network = sandbox.limits.network
-    where = (
-        "it ran without a network (--network none): try --network verify"
-        if network == "none"
-        else f"it had a network (--network {network}); is the host reachable from here?"
-    )
+    if task.verifier_kit is not None:
+        where = (
+            "the verifier kit served it and lacks that (`obsspec env kit TASKS` says what it "
+            f"holds); --network verify lets the verifier fetch it (--network {network} now)"
+        )
+    elif network == "none":
+        where = "it ran without a network (--network none): try --network verify"
+    else:
+        where = f"it had a network (--network {network}); is the host reachable from here?"
     raise VerifierError(
         f"task {task.id}: the verifier never ran its tests ({cause!r}), so its reward 0 "
         f"says nothing of the agent; {where}"

@@ -29,6 +29,7 @@ from obsspec.config import (
 )
 from obsspec.environments.ceiling import SandboxCeiling
 from obsspec.environments.sandbox import NetworkPolicy
+from obsspec.environments.verifier_kit.plan import KIT_MODE_HELP, KitMode
 from obsspec.overrides import Overrides
 from obsspec.rollout.cores import PlacementMode
 from obsspec.rundirs import task_set_digest
@@ -200,6 +201,9 @@ class TaskAccess(StrictModel):
         default_factory=SandboxCeiling,
         description="The most a task's sandbox gets, whatever its task.toml asks (cpus, "
         "memory, pids, storage): a task asking more gets this, with a note naming it.",
+    )
+    verifier_kit: KitMode = Field(
+        default=KitMode.auto, description=f"{KIT_MODE_HELP} (docs/tasks.md)."
     )
 
     def network_identity(self) -> dict[str, str]:

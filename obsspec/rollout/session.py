@@ -36,6 +36,8 @@ from pathlib import Path
 from obsspec.agent.episode import EpisodeLimits, context_builder, run_episode
 from obsspec.environments.gc import gc_containers, run_scope
 from obsspec.environments.tasks.model import Task
+from obsspec.environments.verifier_kit.attach import kit_plans, with_kit
+from obsspec.environments.verifier_kit.plan import KitPlan
 from obsspec.errors import ConfigError, ObsspecError
 from obsspec.inference.base import Engine
 from obsspec.models.registry import resolve_model
@@ -99,6 +101,7 @@ class RolloutSession:
         self._engine = engine
         self._wm_engine = wm_engine
         self.images: dict[str, str] = {}
+        self.kits: dict[str, KitPlan] = {}  # task id -> what the verifier kit serves it
         self.skipped: dict[str, str] = {}  # task id -> why it cannot run
         self.policy: Policy | None = None
         self.loop: SpeculativeLoop | None = None  # None: speculation off
@@ -151,6 +154,14 @@ class RolloutSession:
             ceiling=settings.sandbox,
         )
         require_images(self.images, planned, self.skipped)  # before the engines
+        self.kits = await kit_plans(
+            self.tasks.values(),
+            settings.verifier_kit,
+            settings.network,
+            self.models_dir.parent,  # the cache directory: the kit lives beside the models
+            lambda message: self.emit(Note(message)),
+        )
+        self.tasks = {tid: with_kit(task, self.kits.get(tid)) for tid, task in self.tasks.items()}
         self.policy = await self._open_policy()
         self.loop = await self._open_speculation(self.policy)
         expected = Counter(self.planned or {})
@@ -284,7 +295,7 @@ class RolloutSession:
         """One attempt, whatever its outcome (a failed one says why in its error fields)."""
         policy = self._opened_policy()
         return await run_episode(
-            task,
+            with_kit(task, self.kits.get(task.id)),
             await self._opened_pools().pool(task),
             policy.engine_for(task),
             policy.builder,

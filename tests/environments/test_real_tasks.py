@@ -27,6 +27,13 @@ CORPUS = Path(__file__).parent.parent / "fixtures" / "real_tasks"
 EXPECTED: dict[str, dict] = tomllib.loads((CORPUS / "EXPECTED.toml").read_text())
 REGISTRY_IMAGE = "python:3.13-slim"  # the FROM of inventory-jq-report
 SOLVABLE = sorted(name for name, want in EXPECTED.items() if "problem" not in want)
+KIT_SERVED = sorted(name for name, want in EXPECTED.items() if want.get("kit"))
+
+
+def image_map_flags(base_image: str) -> list[str]:
+    """--image-map for python:3.13-slim and every other registry image EXPECTED.toml names."""
+    images = {REGISTRY_IMAGE} | {w["image_map"] for w in EXPECTED.values() if "image_map" in w}
+    return [flag for image in sorted(images) for flag in ("--image-map", f"{image}={base_image}")]
 
 
 def without_image_map_env() -> dict[str, str]:
@@ -68,7 +75,7 @@ def built_with_network(base_image) -> None:
 @pytest.fixture(scope="module")
 def rows(base_image, built_with_network) -> dict[str, dict]:
     """One `env validate --json` over the whole corpus, its rows by task directory name."""
-    summary = validate_json(CORPUS, "--image-map", f"{REGISTRY_IMAGE}={base_image}")
+    summary = validate_json(CORPUS, *image_map_flags(base_image))
     return {Path(row["task"]).name: row for row in summary["rows"]}
 
 
@@ -112,6 +119,17 @@ def test_validate_row_is_as_expected(rows, name):
         assert row["warnings"] == []  # every key these authors wrote is read
 
 
+@pytest.mark.parametrize("name", KIT_SERVED)
+def test_verifiers_that_download_are_served_by_the_kit_offline(rows, name):
+    """Under the default --network none, the verifier kit served uv's installer in place of
+    the download, and says so in the row (what it held, what it served)."""
+    kit = rows[name]["verifier_kit"]
+    assert kit is not None and kit["uv"], rows[name]
+    assert any("uv's installer, from the kit" in line for line in kit["served"]), kit
+    assert any(line.startswith(("uv ", "uvx ")) for line in kit["served"]), kit
+    assert any(w.startswith("pytest-8.4.1-") for w in kit["wheels"]), kit
+
+
 def test_a_verifier_without_network_is_told_to_try_one(rows):
     """Under the default --network none, a verifier that gave no reward gets the hint."""
     for name, want in EXPECTED.items():
@@ -153,9 +171,8 @@ def test_oracle_collects_reward_one_on_every_solvable_task(
     for name in SOLVABLE:
         shutil.copytree(CORPUS / name, tasks / name)
     out = tmp_path / "run"
-    image_map = f"{REGISTRY_IMAGE}={base_image}"
     args = ["collect", "--tasks", str(tasks), "--out", str(out), "--policy", "oracle"]
-    result = run_obsspec(*args, "--image-map", image_map, "--json", timeout=900)
+    result = run_obsspec(*args, *image_map_flags(base_image), "--json", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["failures"] == {} and summary["episodes"] == len(SOLVABLE), summary

@@ -21,6 +21,7 @@ from obsspec.environments.tasks.verifier import (
     never_ran_cause,
     verify,
 )
+from obsspec.environments.verifier_kit.serve import KIT_ROOT
 from obsspec.types import ExecResult
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tasks"
@@ -55,7 +56,7 @@ async def test_the_agent_phase_ends_before_the_upload_and_the_network_after_it(t
         "network end",
         *reads,  # after it exited
     ]
-    assert sandbox.removed == [TESTS_DIR, REWARD_DIR, TBV1_RUNNER_DIR]
+    assert sandbox.removed == [TESTS_DIR, REWARD_DIR, TBV1_RUNNER_DIR, KIT_ROOT]
     with pytest.raises(SandboxError, match="agent phase is over"):
         await sandbox.run("ls")  # the agent's shell is gone
 
@@ -86,7 +87,7 @@ HARBOR_OFFLINE = (
 )
 async def test_a_harbor_verifier_without_its_tools_is_an_error_naming_the_first(network, advice):
     sandbox = harbor_sandbox(HARBOR_OFFLINE, limits=SandboxLimits(network=network))
-    with pytest.raises(VerifierError, match="curl: command not found") as info:
+    with pytest.raises(VerifierError, match="Unable to locate package curl") as info:
         await verify(HARBOR, sandbox)
     assert advice in str(info.value) and info.value.output == HARBOR_OFFLINE
 
@@ -115,6 +116,10 @@ async def test_honest_rewards_stay_rewards(output, reward):
         "============ no tests ran in 0.01s ============",
         "collected 0 items",
         "ERROR: file or directory not found: /tests/test_outputs.py",
+        "E: Unable to locate package jq",
+        "error: No interpreter found for Python 3.13 in managed installations or search path",
+        "╰─▶ Because rdflib was not found in the provided package locations and you require",
+        "/usr/bin/python3: No module named pip",
     ],
 )
 def test_each_sign_of_a_runner_that_never_started_is_named(line):
