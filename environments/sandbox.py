@@ -327,12 +327,12 @@ class DockerSandbox:
                 await asyncio.to_thread(leave_bridge, self.client.api, self.container.id)
 
     async def upload(self, source: Path, dest_dir: str) -> None:
-        """Copy a local file or directory tree into dest_dir (created if needed)."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            tar.add(source, arcname=source.name)
+        """Copy a local file or directory tree into dest_dir (created if needed). The archive
+        is made in a thread: the verifier kit is tens of MB, and the event loop runs the
+        other episodes' turns meanwhile."""
+        archive = await asyncio.to_thread(tar_of, source)
         await self.exec_oneoff(["mkdir", "-p", dest_dir])
-        ok = await asyncio.to_thread(self.container.put_archive, dest_dir, buffer.getvalue())
+        ok = await asyncio.to_thread(self.container.put_archive, dest_dir, archive)
         if not ok:
             raise SandboxError(f"could not copy {source} into the sandbox at {dest_dir}")
 
@@ -391,3 +391,11 @@ def remove_container_named(api, ref: str) -> None:
     except docker.errors.APIError as e:
         if "already in progress" not in str(e):
             raise SandboxError(f"could not remove container {ref[:40]}: {e}") from e
+
+
+def tar_of(source: Path) -> bytes:
+    """An uncompressed tar of source (a file or a tree), named by its last component."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(source, arcname=source.name)
+    return buffer.getvalue()
