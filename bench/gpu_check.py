@@ -1,7 +1,8 @@
-"""The GPU path, checked in one run that downloads nothing: prints one JSON object.
+"""The GPU path, checked in one run that downloads nothing and fails soft: one JSON object.
 
     python bench/gpu_check.py --dry-run [--config examples/rl_gpu.toml] [--gpu-gib 80]
-    python bench/gpu_check.py [--policy-shape qwen3-8b] [--wm-shape qwen3-0.6b] [--out DIR]
+    python bench/gpu_check.py [--stages a,b] [--budget-s 480] [--out OUT] [--policy-shape
+        qwen3-8b] [--wm-shape qwen3-0.6b]
     python bench/gpu_check.py --tiny        # the same stages with tiny shapes (CPU, tests)
 
 --dry-run validates an `obsspec rl` config (the [rl] table; --tasks and --out are not
@@ -9,52 +10,56 @@ needed) and prints its planned placement and memory per GPU (obsspec.rl.capacity
 model shapes the config's models have, or --policy-shape / --wm-shape; it exits 1 when a GPU
 would not hold its roles. It needs neither a GPU nor the models.
 
-Without --dry-run it runs, on the GPUs of this machine (or CPUs with --tiny), stage by stage,
-each timed and reported pass/fail (a failed stage stops the ones that need it):
+Without --dry-run it runs, on the GPUs of this machine (or CPUs with --tiny), these stages in
+this order, in four groups, each group its own process (bench/gpu_child.py; a CUDA fault or
+a hang ends its group, not the check):
 
-    models      Qwen3-shaped models with random weights (policy ~8B, world model ~0.6B
-                shapes) and the default tokenizer, written as HF directories; on one GPU the
-                policy keeps the 8B width with fewer layers, so that trainer and engines fit
-                side by side (the JSON says how many)
-    engines     both vLLM engines side by side with their memory budgets; tokens/s of each
-                with 8 concurrent requests
-    episodes    a batch of speculative episodes on built-in tasks (Docker sandboxes, or
+    models      [models] Qwen3-shaped models with random weights (policy ~8B, world model
+                ~0.6B shapes) and the default model's tokenizer, written as HF directories;
+                on one GPU the policy keeps the 8B width with fewer layers, so that trainer
+                and engines fit side by side (the JSON says how many)
+    grpo        [grpo] one GRPO step of the policy trainer in 2 minibatches at --lr 1e-2
+                (the clip binds: clip_fraction), activation checkpointing; the trained
+                weights and a probe's log-probabilities kept for sync
+    engines     [serve] both vLLM engines side by side with their memory budgets; tokens/s
+                of each with 8 concurrent requests (vLLM's CPU build on a GPU machine is
+                refused unless --tiny)
+    episodes    [serve] speculative episodes on built-in tasks (Docker sandboxes, or
                 in-memory ones without Docker): prediction ms against command ms
-    grpo        one GRPO step of the policy trainer (FSDP2 over the ranks it has)
-    sync        the trainer's weights into the policy engine in memory (bf16 buckets), then
-                the post-sync check: the engine's log-probabilities of a probe against the
-                trainer's
-    cotrain     one world-model co-training step on the episodes' observations
+    sync        [serve] the trained weights into the policy engine in memory (bf16
+                buckets), then the post-sync check against the trainer's log-probabilities
+    cotrain     [cotrain] one world-model co-training step on the episodes played
+
+OUT/gpu_check.json is rewritten (atomically) after every stage: per stage its `status` (ok,
+failed, timeout, crashed, skipped), seconds, error and the tail of its traceback or log,
+the skip's reason (`needs grpo`, `vllm not importable: ...`, `not in --stages`), and memory
+(GPU: peak, free and total; CPU: peak resident) beside capacity.py's estimate for the
+trainers. A stage past its cap (CAPS_S), or the check past --budget-s, has every thread's
+traceback dumped into OUT/logs/<group>.log and its group killed; the stages after it still
+run where they can. SIGTERM or Ctrl-C stops the running group, records its stage as
+`interrupted` and exits 130; a group's process dies with the check however it ends. Exit 0
+when no stage failed (skips allowed), 1 otherwise; stdout gets the final JSON alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
-import traceback
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))  # gpu_stages beside it
-from gpu_stages import (  # noqa: E402
-    MAX_MODEL_LEN,
-    device_report,
-    engine_settings,
-    episode_figures,
-    gpu_used_gib,
-    model_shapes,
-    peak_gib,
-    play_episodes,
-    prediction_ms,
-    throughput,
-    training_episodes,
-    write_model,
-)
+CHILD = Path(__file__).parent / "gpu_child.py"
+sys.path.insert(0, str(Path(__file__).parent))  # gpu_child and gpu_stages beside it
+from gpu_child import GROUPS, read_entry, stage_dir, write_json  # noqa: E402
+from gpu_stages import add_stage_args, stage_argv  # noqa: E402
 
 
 def dry_run(args) -> int:
@@ -105,170 +110,165 @@ def shape_source(model: str) -> str:
     return name if name.startswith("qwen3-") else model
 
 
-# --- the run: stages on this machine's accelerator ----------------------------------------
+# --- the run: stages on this machine's accelerator, one group per process ----------------
+
+# Seconds a stage may take before its group is stopped (its tracebacks dumped first): a GPU
+# machine is lent for minutes, and a hang must cost a stage, not the whole check.
+CAPS_S = {"models": 90, "grpo": 150, "engines": 180, "episodes": 150, "sync": 90, "cotrain": 120}
+TINY_CAPS_S = {"models": 60, "grpo": 120, "engines": 240, "episodes": 300, "sync": 120,
+               "cotrain": 120}  # fmt: skip
+KILL_GRACE_S = 3.0  # after SIGUSR1 (the tracebacks), before SIGKILL
+POLL_S = 0.5
+LOG_TAIL = 3000
+FAILED = ("failed", "timeout", "crashed", "interrupted")
 
 
-class Check:
-    """The JSON report, stage by stage: a stage that raises is recorded as failed and the
-    stages that need its result are skipped."""
+class Run:
+    """The report of one check, written to OUT/gpu_check.json after every stage."""
 
-    def __init__(self) -> None:
-        self.report: dict = {"stages": {}}
+    def __init__(self, out: Path, args) -> None:
+        self.out = out
+        self.args = args
+        self.caps = TINY_CAPS_S if args.tiny else CAPS_S
+        self.deadline = time.monotonic() + args.budget_s
+        self.report: dict = {"out": str(out), "budget_s": args.budget_s, "stages": {}}
 
-    @contextlib.contextmanager
-    def stage(self, name: str, *needs: str):
-        import time
-
-        missing = [n for n in needs if not self.report["stages"].get(n, {}).get("ok")]
-        entry: dict = {"ok": False}
+    def record(self, name: str, entry: dict) -> None:
         self.report["stages"][name] = entry
-        if missing:
-            entry["skipped"] = f"needs {', '.join(missing)}"
-            yield None
+        write_json(self.out / "gpu_check.json", self.report)
+
+    def run_group(self, group: str, wanted: list[str]) -> None:
+        if self.deadline - time.monotonic() < 1:
+            for name in wanted:
+                self.record(name, {"status": "skipped", "reason": "--budget-s spent"})
             return
-        started = time.monotonic()
+        log = self.out / "logs" / f"{group}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(CHILD), group, "--out", str(self.out)]
+        command += ["--stages", ",".join(wanted), *stage_argv(self.args)]
+        with open(log, "ab") as sink:
+            child = subprocess.Popen(
+                command, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+            )
         try:
-            yield entry
-            entry["ok"] = True
-        except Exception as e:  # reported, never silent: the JSON says which stage and why
-            entry["error"] = f"{type(e).__name__}: {e}"
-            print(traceback.format_exc(), file=sys.stderr)
-        entry["seconds"] = round(time.monotonic() - started, 2)
-
-    @property
-    def ok(self) -> bool:
-        return all(s.get("ok") for s in self.report["stages"].values())
-
-
-async def run_stages(args, check: Check, out: Path) -> None:
-    from statistics import median
-
-    from obsspec.config import DEFAULT_MODEL, GlobalConfig
-    from obsspec.inference.vllm_local import LocalVLLMEngine
-    from obsspec.models.registry import resolve_model
-    from obsspec.models.tokenizer import load_tokenizer
-
-    r = check.report
-    r["device"] = device_report()
-    tokenizer = load_tokenizer(resolve_model(DEFAULT_MODEL, GlobalConfig().paths.models_dir))
-    with check.stage("models") as entry:
-        shapes = model_shapes(args, len(tokenizer))
-        dirs = {
-            role: write_model(shapes[role], out / role, tokenizer, seed=i)
-            for i, role in enumerate(shapes)
-        }
-        entry["shapes"] = {
-            role: {"params_b": round(s.params / 1e9, 3), "layers": s.layers, "hidden": s.hidden}
-            for role, s in shapes.items()
-        }
-    async with contextlib.AsyncExitStack() as stack:
-        engines = None
-        with check.stage("engines", "models") as entry:
-            if entry is not None:
-                shares = {"policy": args.policy_share, "world_model": args.wm_share}
-                engines, figures = {}, {}
-                for role in ("policy", "world_model"):
-                    used = gpu_used_gib()
-                    settings = engine_settings(args, dirs[role], shares[role])
-                    engines[role] = await stack.enter_async_context(LocalVLLMEngine(settings))
-                    after = gpu_used_gib()
-                    figures[role] = {"memory_gib": after and round(after - used, 2)}
-                for role, engine in engines.items():
-                    figures[role]["tokens_per_s"] = round(
-                        await throughput(engine, len(tokenizer)), 1
-                    )
-                entry.update(figures)
-        played: list = []
-        with check.stage("episodes", "engines") as entry:
-            if entry is not None:
-                pair = (engines["policy"], engines["world_model"])
-                played = await play_episodes(args, tokenizer, pair, out)
-                entry.update(episode_figures(played), sandbox=args.sandbox_kind)
-                latencies = await prediction_ms(engines["world_model"], played)
-                entry["prediction_ms_median"] = round(median(latencies), 1) if latencies else None
-        await train_and_sync(args, check, dirs, engines, played, len(tokenizer))
-
-
-async def train_and_sync(args, check: Check, dirs, engines, played, vocab: int) -> None:
-    import torch
-
-    from obsspec.rl.config import GRPOSettings
-    from obsspec.rl.policy_trainer import PolicyTrainer
-    from obsspec.rl.weight_sync import (
-        compare_logprobs,
-        probe_logprobs,
-        tied_duplicates,
-        trainer_weights,
-        weight_buckets,
-    )
-
-    trainer = probe = before = None
-    with check.stage("grpo", "models") as entry:
-        if entry is not None:
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            settings = GRPOSettings(
-                lr=1e-4,
-                batch_tokens=MAX_MODEL_LEN,
-                activation_checkpointing=True,
-                dtype="auto",
-                minibatches=1,
+            stopped = self.watch(child, wanted)
+        except (Interrupted, KeyboardInterrupt) as e:
+            stop(child)
+            self.close_group(
+                child, wanted, f"interrupted ({str(e) or 'SIGINT'})", log, "interrupted"
             )
-            trainer = PolicyTrainer(dirs["policy"], settings, seed=0)
-            episodes = training_episodes(played, vocab)
-            probe = episodes[0].ids[:256]
-            before = probe_logprobs(trainer, probe)
-            stats = trainer.update(episodes, 0)
-            entry.update(
-                trained_tokens=stats["trained_tokens"],
-                step_s=round(stats["policy_train_seconds"], 2),
-                peak_memory_gib=peak_gib(),
-            )
-    with check.stage("sync", "grpo", "engines") as entry:
-        if entry is not None:
-            import time
+            raise
+        self.close_group(child, wanted, stopped, log)
 
-            started = time.monotonic()
-            skip = tied_duplicates(trainer.model.config)
-            buckets = weight_buckets(trainer_weights(trainer), bucket_bytes=512 << 20, skip=skip)
-            await engines["policy"].load_weight_buckets(buckets, version=1)
-            entry["seconds_load"] = round(time.monotonic() - started, 2)
-            after = probe_logprobs(trainer, probe)
-            result = compare_logprobs(await engines["policy"].score(probe), after, before)
-            entry.update(check_error=round(result.error, 5), check_shift=round(result.shift, 5))
-            result.raise_if_stale(args.check_tolerance, worker=0, step=1)
-    del trainer
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    with check.stage("cotrain", "models", "episodes") as entry:
-        if entry is not None:
-            from obsspec.world_model.config import CotrainSettings
-            from obsspec.world_model.cotrain import CoTrainer
+    def watch(self, child: subprocess.Popen, wanted: list[str]) -> str | None:
+        """Until the group's process ends; each stage's entry recorded as it appears. A
+        stage past its cap, or the check past --budget-s, stops it: returns why."""
+        while True:
+            ended = child.poll() is not None
+            for name in wanted:
+                entry = read_entry(self.out, name)
+                if entry and self.report["stages"].get(name) != entry:
+                    self.record(name, entry)
+            if ended:
+                return None
+            current = self.in_flight(wanted)
+            now = time.monotonic()
+            if current is not None and now - current[1] > self.caps[current[0]]:
+                stop(child)
+                return f"past its cap of {self.caps[current[0]]} s"
+            if now > self.deadline:
+                stop(child)
+                return f"the check's --budget-s {self.args.budget_s:g} ran out"
+            time.sleep(POLL_S)
 
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            settings = CotrainSettings(max_len=MAX_MODEL_LEN, activation_checkpointing=True)
-            from obsspec.agent.protocol import ActionFormat
+    def in_flight(self, wanted: list[str]) -> tuple[str, float] | None:
+        """The stage that has started and not ended, with when it started (monotonic)."""
+        for name in wanted:
+            marker = stage_dir(self.out) / f"{name}.started"
+            if marker.is_file() and not read_entry(self.out, name):
+                age = time.time() - json.loads(marker.read_text())["at"]
+                return name, time.monotonic() - age
+        return None
 
-            cotrainer = CoTrainer(dirs["world_model"], settings, ActionFormat.markdown, seed=0)
-            stats = cotrainer.update([e.to_dict() for e in played])
-            entry.update(
-                examples=stats["wm_examples_used"],
-                step_s=round(stats["wm_seconds"], 2),
-                peak_memory_gib=peak_gib(),
-            )
+    def close_group(
+        self, child, wanted: list[str], stopped: str | None, log: Path, status: str = "timeout"
+    ) -> None:
+        """Stages left without an entry: the one running when the group was stopped timed
+        out; where its process died, the first such stage crashed (with the log's tail: the
+        tracebacks), and the stages after either never ran."""
+        tail = log.read_text(errors="replace")[-LOG_TAIL:] if log.is_file() else ""
+        blamed = False
+        for name in wanted:
+            if read_entry(self.out, name):
+                continue
+            started = (stage_dir(self.out) / f"{name}.started").is_file()
+            if stopped and started:
+                self.record(name, {"status": status, "error": stopped, "error_tail": tail})
+            elif not stopped and not blamed:
+                why = f"its group's process ended (exit code {child.returncode}) before it did"
+                self.record(name, {"status": "crashed", "error": why, "error_tail": tail})
+            else:
+                why = stopped or f"exit code {child.returncode}"
+                self.record(name, {"status": "skipped", "reason": f"its group stopped ({why})"})
+            blamed = True
+
+
+class Interrupted(Exception):
+    """SIGTERM: the check stops its group, records where it was, and exits 130."""
+
+
+def interrupt(signum, _frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def stop(child: subprocess.Popen) -> None:
+    """Tracebacks first (SIGUSR1: faulthandler in the group's process), then the process
+    and everything it started (vLLM's engine processes) are killed."""
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signal.SIGUSR1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(KILL_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def selected_stages(text: str | None) -> list[str]:
+    every = [name for names in GROUPS.values() for name in names]
+    if text is None:
+        return every
+    asked = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in asked if s not in every]
+    if unknown:
+        raise SystemExit(f"--stages: unknown {', '.join(unknown)}; the stages: {', '.join(every)}")
+    return asked
 
 
 def run(args) -> int:
-    check = Check()
-    # vLLM's processes log to standard output: it goes to stderr, the JSON alone to stdout
-    report = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-", dir=args.out) as tmp:
-        asyncio.run(run_stages(args, check, Path(tmp)))
-    check.report["ok"] = check.ok
-    print(json.dumps(check.report, indent=None if args.compact else 1), file=report, flush=True)
-    return 0 if check.ok else 1
+    stages = selected_stages(args.stages)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for old in (out / "stages", out / "state"):
+        shutil.rmtree(old, ignore_errors=True)  # a rerun into the same OUT starts afresh
+    check = Run(out, args)
+    signal.signal(signal.SIGTERM, interrupt)
+    code = None
+    try:
+        for group, names in GROUPS.items():
+            for name in names:
+                if name not in stages:
+                    check.record(name, {"status": "skipped", "reason": "not in --stages"})
+            wanted = [n for n in names if n in stages]
+            if wanted:
+                check.run_group(group, wanted)
+    except (Interrupted, KeyboardInterrupt) as e:
+        check.report["interrupted"] = str(e) or "SIGINT"
+        code = 130
+    statuses = [check.report["stages"].get(n, {}).get("status") for n in stages]
+    check.report["ok"] = all(s == "ok" for s in statuses)
+    write_json(out / "gpu_check.json", check.report)
+    print(json.dumps(check.report, indent=None if args.compact else 1), flush=True)
+    return code or (1 if any(s in FAILED for s in statuses) else 0)
 
 
 def main() -> int:
@@ -276,16 +276,14 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="Plan only; no GPU needed.")
     parser.add_argument("--config", type=Path, default=REPO / "examples" / "rl_gpu.toml")
     parser.add_argument("--gpu-gib", type=float, default=80.0, help="Memory of each GPU.")
-    parser.add_argument("--policy-shape", default=None, help="qwen3-8b, ... or an HF dir.")
-    parser.add_argument("--wm-shape", default=None, help="qwen3-0.6b, ... or an HF dir.")
     parser.add_argument("--compact", action="store_true", help="JSON on one line.")
-    parser.add_argument("--tiny", action="store_true", help="Tiny shapes (CPU, tests).")
-    parser.add_argument("--policy-share", type=float, default=0.3, help="Policy engine's GPU.")
-    parser.add_argument("--wm-share", type=float, default=0.1, help="World model's GPU share.")
-    parser.add_argument("--check-tolerance", type=float, default=0.1)
-    parser.add_argument("--tasks", type=int, default=2, help="Built-in tasks to play (x2).")
-    parser.add_argument("--family", default="workflow-ci", help="Their family.")
-    parser.add_argument("--out", default=None, help="Scratch directory [default: a temp dir].")
+    parser.add_argument("--stages", default=None, help="Comma-separated [default: all].")
+    parser.add_argument(
+        "--budget-s", type=float, default=480, help="Seconds for the whole check [480]."
+    )
+    parser.add_argument("--out", default=None, help="Keep everything here [a temp dir].")
+    add_stage_args(parser)
+    parser.set_defaults(policy_shape=None, wm_shape=None)  # the dry run: the config's
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.dry_run:

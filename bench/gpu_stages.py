@@ -229,3 +229,43 @@ def training_episodes(played: list, vocab: int) -> list:
         mask = [0] * 256 + [1] * 256
         episodes.append(PolicyEpisode(ids, mask, [None] * 512, (-1.0) ** len(episodes)))
     return episodes
+
+
+def add_stage_args(parser) -> None:
+    """The options the stages read (the driver passes them on to each group's process)."""
+    parser.add_argument("--tiny", action="store_true", help="Tiny shapes (CPU, tests).")
+    parser.add_argument("--policy-shape", default="qwen3-8b", help="qwen3-8b, ... or an HF dir.")
+    parser.add_argument("--wm-shape", default="qwen3-0.6b", help="qwen3-0.6b, ... or an HF dir.")
+    parser.add_argument("--policy-share", type=float, default=0.3, help="Policy engine's GPU.")
+    parser.add_argument("--wm-share", type=float, default=0.1, help="World model's GPU share.")
+    parser.add_argument("--check-tolerance", type=float, default=0.1)
+    parser.add_argument(
+        "--lr", type=float, default=1e-2, help="GRPO's step: large, so that the clip binds."
+    )
+    parser.add_argument("--tasks", type=int, default=2, help="Built-in tasks to play (x2).")
+    parser.add_argument("--family", default="workflow-ci", help="Their family.")
+
+
+STAGE_ARGS = (  # (flag, attribute, is a switch)
+    ("--tiny", "tiny", True),
+    ("--policy-shape", "policy_shape", False),
+    ("--wm-shape", "wm_shape", False),
+    ("--policy-share", "policy_share", False),
+    ("--wm-share", "wm_share", False),
+    ("--check-tolerance", "check_tolerance", False),
+    ("--lr", "lr", False),
+    ("--tasks", "tasks", False),
+    ("--family", "family", False),
+)
+
+
+def stage_argv(args) -> list[str]:
+    """args' stage options as a command line for a group's process."""
+    argv: list[str] = []
+    for flag, name, switch in STAGE_ARGS:
+        value = getattr(args, name)
+        if switch:
+            argv += [flag] if value else []
+        else:
+            argv += [flag, str(value)]
+    return argv
