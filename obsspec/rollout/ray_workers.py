@@ -22,14 +22,28 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from obsspec.errors import ClusterError, EngineError, ObsspecError
 from obsspec.rollout.events import Event
 from obsspec.rollout.worker import WorkerJob, run_worker
 
 # Settings the CLI edge put in the environment, handed on to the worker processes.
-FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "VLLM_CONFIGURE_LOGGING")
+# The driver's environment that reaches every Ray worker: these names, and every name with
+# these prefixes (vLLM's and NCCL's settings: VLLM_ATTENTION_BACKEND, NCCL_SOCKET_IFNAME,
+# ...). Never CUDA_VISIBLE_DEVICES: Ray sets each actor's own.
+FORWARDED_ENV = (
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "HF_ENDPOINT",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)  # not HF_TOKEN: Ray keeps a runtime environment in its cluster metadata
+FORWARDED_PREFIXES = ("VLLM_", "NCCL_", "TORCH_NCCL_")
+NOT_FORWARDED = ("CUDA_VISIBLE_DEVICES",)
+# OBSSPEC_RAY_LOG_TO_DRIVER=1: the workers' output (the engines' logs) on the driver's stderr;
+# by default it stays in Ray's log files (the session's logs/ on each node).
+LOG_TO_DRIVER_ENV = "OBSSPEC_RAY_LOG_TO_DRIVER"
 DRAIN_EVERY_S = 0.5
 CONNECT_TIMEOUT_S = 5.0
 
@@ -88,14 +102,13 @@ def init_ray(address: str | None, **options) -> None:
 
     if address is not None:
         check_answers(address)
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     previous = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
             address=address,
             include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": env},
+            log_to_driver=os.environ.get(LOG_TO_DRIVER_ENV, "") not in ("", "0"),
+            runtime_env={"env_vars": forwarded_env(os.environ)},
             **options,
         )
     except ConnectionError as e:  # e.g. "auto" and no cluster runs on this machine
@@ -107,6 +120,16 @@ def init_ray(address: str | None, **options) -> None:
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of the driver's environment every worker gets (FORWARDED_ENV, _PREFIXES)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in FORWARDED_ENV or name.startswith(FORWARDED_PREFIXES))
+        and name not in NOT_FORWARDED
+    }
 
 
 def first_line(error: BaseException) -> str:
