@@ -16,8 +16,12 @@ Estimates, not measurements: each part is named so a user can see where the memo
   AdamW's two moments (16 bytes per parameter over N ranks, FSDP2), the bfloat16 weights of
   the units FSDP2 has gathered (the root unit: embeddings and output layer; two decoder
   layers, one prefetched), the activations of one forward pass of `grpo.batch_tokens` tokens,
-  and the float32 logits of its response tokens with their gradient (a chunk of positions
-  at a time: obsspec.train.model.target_logprobs).
+  the logits of its response tokens (bfloat16 out of the output layer, a float32 copy, the
+  log-softmax and its gradient: 14 bytes each, a chunk of positions at a time:
+  obsspec.train.model.target_logprobs), FSDP2's reduce-scatter buffers (one decoder layer's
+  whole gradient in `reduce_dtype`, double-buffered) and, at the optimizer step, foreach
+  AdamW's temporaries (about a float32 copy of the rank's parameters) beyond what the
+  passes' transients held.
 - Activations per token and layer: the tensors a decoder layer keeps for its backward in
   bfloat16 (layer input, normed inputs, q/k/v, attention output, MLP gate/up/activation);
   with activation checkpointing only each layer's input stays, and one layer's set is live
@@ -39,6 +43,9 @@ GIB = 1 << 30
 ENGINE_RESERVE_GIB = 2.0
 BF16, FP32 = 2, 4
 ADAM_BYTES = FP32 * 4  # master weight, gradient, two moments
+# a logit, at once: the output layer's bfloat16 value, its float32 copy, the log-softmax and
+# its gradient (obsspec.train.model.target_logprobs, a chunk of positions at a time)
+LOGITS_BYTES = BF16 + 3 * FP32
 
 
 @dataclass(frozen=True)
@@ -222,17 +229,34 @@ def engine_memory(
 
 
 def trainer_memory(
-    role: str, shape: ModelShape, *, ranks: int, batch_tokens: int, checkpointing: bool
+    role: str,
+    shape: ModelShape,
+    *,
+    ranks: int,
+    batch_tokens: int,
+    checkpointing: bool,
+    reduce_bytes: int = FP32,
 ) -> RoleMemory:
+    """One trainer rank's peak, by part. The forward and backward passes' transients
+    (gathered weights, activations, logits, reduce buffers) are gone by the optimizer step,
+    whose own temporaries (foreach AdamW: about one float32 copy of the rank's parameters)
+    count only as far as they exceed them."""
     gathered = shape.root_params + (0 if ranks == 1 else 2 * shape.layer_params)
+    logits = min(batch_tokens, LOGITS_CHUNK) * shape.vocab * LOGITS_BYTES
+    passes = {
+        "gathered_bf16": gathered * BF16 if ranks > 1 else shape.params * BF16,
+        "activations": batch_tokens * shape.activation_bytes_per_token(checkpointing),
+        "logits": logits,
+        # FSDP2 reduce-scatters one unit's whole gradient at a time, double-buffered
+        "reduce_buffers": 0 if ranks == 1 else 2 * shape.layer_params * reduce_bytes,
+    }
+    optimizer_temporaries = shape.params * FP32 / ranks
     return RoleMemory(
         role,
         {
             "master_grads_adam_fp32": shape.params * ADAM_BYTES / ranks,
-            "gathered_bf16": gathered * BF16 if ranks > 1 else shape.params * BF16,
-            "activations": batch_tokens * shape.activation_bytes_per_token(checkpointing),
-            # one chunk of float32 logits and its gradient (obsspec.train.model)
-            "logits_fp32": min(batch_tokens, LOGITS_CHUNK) * shape.vocab * FP32 * 2,
+            **passes,
+            "optimizer_step_extra": max(0.0, optimizer_temporaries - sum(passes.values())),
         },
     )
 
@@ -281,6 +305,7 @@ def plan_memory(
                 ranks=ranks,
                 batch_tokens=batch,
                 checkpointing=checkpointing,
+                reduce_bytes=BF16 if grpo.reduce_dtype == "bfloat16" else FP32,
             )
         )
         gpus.append(gpu)

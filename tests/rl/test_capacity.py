@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from obsspec.errors import ConfigError
-from obsspec.rl.capacity import SHAPES, ModelShape, plan_memory
+from obsspec.rl.capacity import SHAPES, ModelShape, plan_memory, trainer_memory
 from obsspec.rl.config import RLConfig, load_rl_config
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rl_gpu.toml"
@@ -123,3 +123,18 @@ def test_a_gpu_share_leaves_its_cache_what_the_weights_do_not_take():
     assert policy["weights_bf16"] + policy["kv_cache"] + policy["runtime_reserve"] == 40 * (1 << 30)
     assert any("policy engine KV cache" in note for note in plan.notes)
     assert "world-model engine: its GPU share leaves no room for a KV cache" in plan.notes
+
+
+def test_a_trainer_rank_counts_the_reduce_buffers_and_the_optimizer_steps_temporaries():
+    """FSDP2's reduce buffers only with several ranks; foreach AdamW's float32 temporaries
+    only as far as they exceed what the forward and backward passes freed."""
+    shape = SHAPES["qwen3-8b"]
+    one = trainer_memory("t", shape, ranks=1, batch_tokens=512, checkpointing=True).parts
+    three = trainer_memory("t", shape, ranks=3, batch_tokens=32768, checkpointing=True).parts
+    assert one["reduce_buffers"] == 0 and three["reduce_buffers"] == 2 * shape.layer_params * 4
+    passes = ("gathered_bf16", "activations", "logits", "reduce_buffers")
+    # a short pass frees less than the step's temporaries (a float32 copy of the weights)
+    assert one["optimizer_step_extra"] == shape.params * 4 - sum(one[p] for p in passes)
+    assert three["optimizer_step_extra"] == 0  # a 32k pass frees more than 1/3 of a copy
+    # the logits: bfloat16 out of the output layer, float32 copy, log-softmax, gradient
+    assert three["logits"] == 4096 * shape.vocab * (2 + 3 * 4)
