@@ -27,7 +27,9 @@ a hang ends its group, not the check):
     episodes    [serve] speculative episodes on built-in tasks (Docker sandboxes, or
                 in-memory ones without Docker): prediction ms against command ms
     sync        [serve] the trained weights into the policy engine in memory (bf16
-                buckets), then the post-sync check against the trainer's log-probabilities
+                buckets), then the post-sync check: exact weight checksums by layer where
+                the engine keeps its weights as parameters (`weights`: exact, differ, not
+                compared), and the probe's log-probabilities beside the engine's floor
     cotrain     [cotrain] one world-model co-training step on the episodes played
 
 OUT/gpu_check.json is rewritten (atomically) after every stage: per stage its `status` (ok,

@@ -161,19 +161,34 @@ async def run_serve(args, stages, state: Path) -> None:
 
 
 async def sync_trained_weights(args, engine, state: Path, entry: dict) -> None:
+    """The engine's floor on the old weights, the trained weights loaded in memory, then
+    the post-sync check: exact checksums where the engine keeps its weights as parameters,
+    and the probe's log-probabilities."""
     from safetensors.torch import load_file
 
+    from obsspec.inference.weight_checksums import weight_checksums
     from obsspec.rl.weight_sync import compare_logprobs, weight_buckets
 
+    probe = json.loads((state / "probe.json").read_text())
+    floor = compare_logprobs(await engine.score(probe["ids"]), probe["before"], probe["before"])
     started = time.monotonic()
     weights = load_file(str(state / "policy-trained.safetensors"))
-    await engine.load_weight_buckets(weight_buckets(weights, bucket_bytes=512 << 20), version=1)
+    buckets = list(weight_buckets(weights, bucket_bytes=512 << 20))
+    sent: dict = {}
+    for bucket in buckets:
+        weight_checksums(bucket, into=sent)
+    await engine.load_weight_buckets(buckets, version=1)
     entry["seconds_load"] = round(time.monotonic() - started, 2)
-    probe = json.loads((state / "probe.json").read_text())
-    before = [float("nan") if v is None else v for v in probe["before"]]
-    after = [float("nan") if v is None else v for v in probe["after"]]
-    result = compare_logprobs(await engine.score(probe["ids"]), after, before)
-    entry.update(check_error=round(result.error, 5), check_shift=round(result.shift, 5))
+    scores = await engine.score(probe["ids"])
+    result = compare_logprobs(scores, probe["after"], probe["before"], floor=floor.error)
+    result = result.with_weights(await engine.weight_checksums(), sent)
+    entry.update(
+        check_error=round(result.error, 5),
+        check_shift=round(result.shift, 5),
+        check_floor=round(result.floor, 5),
+        weights=result.weights,
+        weight_detail=list(result.weight_detail[:4]),
+    )
     result.raise_if_stale(args.check_tolerance, worker=0, step=1)
 
 

@@ -323,6 +323,15 @@ class LocalVLLMEngine:
             raise EngineError("engine is not started (use `async with`)")
         return (await self._llm.collective_rpc("obsspec_worker_spin_s"))[0]
 
+    async def weight_checksums(self) -> dict | None:
+        """The served weights' checksums by decoder layer and their dtype
+        (obsspec.inference.weight_checksums); None when its tensor-parallel workers each
+        hold a part (their sums would count the replicated weights once per worker)."""
+        if self._llm is None:
+            raise EngineError("engine is not started (use `async with`)")
+        answers = await self._llm.collective_rpc("obsspec_weight_checksums")
+        return answers[0] if len(answers) == 1 else None
+
     async def aclose(self) -> None:
         if self._llm is not None:
             llm, self._llm = self._llm, None

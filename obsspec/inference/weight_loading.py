@@ -360,3 +360,15 @@ class WeightBucketReceiver:
         runner.reset_lora_state()
         runner.reset_encoder_cache()
         runner.reset_mm_cache()
+
+    def obsspec_weight_checksums(self) -> dict:
+        """The served model's weight checksums (obsspec.inference.weight_checksums), and its
+        dtype: what a trainer compares with the weights it sent."""
+        from obsspec.inference.weight_checksums import weight_checksums
+
+        model = self.model_runner.get_model()
+        dtype = next(model.parameters()).dtype
+        return {
+            "dtype": str(dtype).removeprefix("torch."),
+            "groups": weight_checksums(model.named_parameters()),
+        }

@@ -83,6 +83,9 @@ class RolloutActor(OnANode):
     async def score_policy(self, token_ids: list[int]) -> list[float | None]:
         return await self.worker.score_policy(token_ids)
 
+    async def policy_checksums(self) -> dict | None:
+        return await self.worker.policy_checksums()
+
     async def close(self) -> None:
         await self.worker.close()
 
@@ -167,10 +170,16 @@ class PolicyTrainerActor(OnANode):
         return self.trainer.save_weights(out)
 
     def weight_refs(self, bucket_mb: int) -> list:
-        """The weights in bf16 buckets in Ray's object store (rank 0's; every rank calls)."""
+        """The weights in bf16 buckets in Ray's object store (rank 0's; every rank calls);
+        their checksums are kept for the check (sent_checksums)."""
         from obsspec.rl.weight_sync import trainer_buckets
 
-        return trainer_buckets(self.trainer, bucket_mb)
+        refs, self.sent = trainer_buckets(self.trainer, bucket_mb)
+        return refs
+
+    def sent_checksums(self) -> dict | None:
+        """The checksums of the weights weight_refs last sent (rank 0's; None elsewhere)."""
+        return getattr(self, "sent", None)
 
     def probe_logprobs(self, token_ids: list[int]) -> list[float]:
         from obsspec.rl.weight_sync import probe_logprobs
@@ -200,7 +209,7 @@ class CoTrainerActor(OnANode):
     def weight_refs(self, bucket_mb: int) -> list:
         from obsspec.rl.weight_sync import trainer_buckets
 
-        return trainer_buckets(self.trainer, bucket_mb)
+        return trainer_buckets(self.trainer, bucket_mb)[0]
 
     def save(self, folder: Path) -> None:
         self.trainer.save(folder)

@@ -222,9 +222,9 @@ class SyncSettings(StrictModel):
     check_tolerance: float = Field(
         default=0.1,
         gt=0,
-        description="Largest mean |engine - trainer| log-probability on the probe before an "
-        "engine counts as stale and the run stops (bfloat16 engines sit within a few "
-        "hundredths of a float32 trainer).",
+        description="Where no weight checksum compares (the disk sync, vLLM's CPU build): the "
+        "largest mean |engine - trainer| log-probability on the probe, beyond the engine's "
+        "own floor before the update, before an engine counts as stale and the run stops.",
     )
 
 

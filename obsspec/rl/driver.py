@@ -259,7 +259,10 @@ class Loop:
             weight_version=self.version,
             cotrain=CotrainTiming(wm.behind, trained_on, wm_wait_s),
         )
-        return row | {"sync_check_error": None, "sync_check_shift": None} | checked
+        unchecked = dict.fromkeys(
+            ("sync_check_error", "sync_check_shift", "sync_check_weights", "sync_check_floor")
+        )
+        return row | unchecked | checked
 
     def warn_too_long(self, wm_stats: dict | None) -> None:
         """The first step that drops co-training examples says so (every row counts them)."""

@@ -131,6 +131,9 @@ class RolloutWorker:
     async def score_policy(self, token_ids: list[int]) -> list[float | None]:
         return await self.session.score_policy(token_ids)
 
+    async def policy_checksums(self) -> dict | None:
+        return await self.session.policy_checksums()
+
     async def close(self) -> None:
         await self.session.aclose()
 

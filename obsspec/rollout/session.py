@@ -325,6 +325,12 @@ class RolloutSession:
         """The policy engine's log-probability of each token after its prefix (None first)."""
         return await self._policy_engine().score(token_ids)
 
+    async def policy_checksums(self) -> dict | None:
+        """The policy engine's weight checksums (obsspec.inference.weight_checksums), or None
+        for an engine that cannot give them (a server, a tensor-parallel engine)."""
+        checksums = getattr(self._policy_engine(), "weight_checksums", None)
+        return None if checksums is None else await checksums()
+
     async def load_world_model_buckets(self, buckets: Iterable) -> None:
         """As load_world_model, from weights in memory."""
         if self._wm_engine is None:

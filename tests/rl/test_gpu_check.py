@@ -70,6 +70,10 @@ def test_every_stage_passes_with_tiny_shapes_on_cpus(base_image, tmp_path):
     # the update moved the probe's log-probabilities far past the tolerance, and the
     # engine follows the new weights: a stale engine would be seen
     assert stages["sync"]["check_shift"] > 0.1 > stages["sync"]["check_error"]
+    # CPU: vLLM repacks reloaded linear layers out of the parameters, so no checksum compares
+    assert (
+        stages["sync"]["weights"] in ("exact", "not compared") and "check_floor" in stages["sync"]
+    )
     assert stages["cotrain"]["examples"] > 0
 
 

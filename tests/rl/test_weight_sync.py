@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -66,3 +67,18 @@ def test_an_update_too_small_to_see_is_not_called_stale():
 
 def test_no_scored_token_is_stale():
     assert compare_logprobs([None], [math.nan], [math.nan]).stale(1.0)
+
+
+def test_the_engines_own_floor_is_not_taken_for_staleness():
+    """Seen at step 1 of a CPU run: a bfloat16 engine 0.129 from a float32 trainer after an
+    update that moved the probe 0.004, and 0.1298 before it: numerics, not staleness. Scored
+    before the sync on the old weights, the engine was already that far (its floor)."""
+    fresh = SyncCheck(error=0.1291, before=0.1298, shift=0.0043, tokens=255, floor=0.1298)
+    assert fresh.stale(0.1) is False
+    assert replace(fresh, floor=0.0).stale(0.1)  # the bare tolerance: a false alarm
+    # a stale engine still shows: the update moved the probe past tolerance and floor, and
+    # the engine stayed nearer the old weights
+    stale = SyncCheck(error=0.45, before=0.13, shift=0.4, tokens=255, floor=0.13)
+    assert stale.stale(0.1)
+    with pytest.raises(StaleWeightsError, match=r"beyond the 0\.1300 they differed by"):
+        stale.raise_if_stale(0.1, worker=0, step=3)
