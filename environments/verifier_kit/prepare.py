@@ -164,7 +164,8 @@ def extract_binaries(wheel: Path, dest: Path, names: Sequence[str]) -> None:
 
 def ensure_wheels(root: Path, requirements: Sequence[str]) -> tuple[tuple[Path, ...], list[str]]:
     """The wheels of a requirement set for every Python in PYTHONS, and what is missing
-    (a set no Python could resolve). Recorded once under sets/."""
+    (a set no Python could resolve). Recorded under sets/ once fetched; a failure is not
+    recorded, so that a later run tries again."""
     key = set_key(requirements)
     record_path = root / "sets" / f"{key}.json"
     wheel_dir = root / "wheels"
@@ -188,13 +189,14 @@ def ensure_wheels(root: Path, requirements: Sequence[str]) -> tuple[tuple[Path, 
                 if not (wheel_dir / wheel.name).is_file():
                     ensure_dir(wheel_dir)
                     os.replace(wheel, wheel_dir / wheel.name)
-    missing = [] if names else [f"{', '.join(requirements)}: {errors[-1]}"]
+    if not names:  # not recorded: the next run tries again (the index may answer then)
+        return (), [f"{', '.join(requirements)}: {errors[-1]}"]
     write_atomic(
         record_path,
         json.dumps({"requirements": list(requirements), "wheels": sorted(names),
-                    "missing": missing, "errors": errors}, indent=1),
+                    "missing": [], "errors": errors}, indent=1),
     )  # fmt: skip
-    return tuple(wheel_dir / n for n in sorted(names)), missing
+    return tuple(wheel_dir / n for n in sorted(names)), []
 
 
 def fetch_for_python(requirements: Sequence[str], python: str, staged: Path) -> None:

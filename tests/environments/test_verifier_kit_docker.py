@@ -101,3 +101,5 @@ def test_env_kit_exits_1_naming_what_it_could_not_fetch(tmp_path):
     assert "obsspec-no-such-pkg" in rows["bogus"]["problems"][0]
     assert rows["pinned"]["wheels"] == ["iniconfig-2.1.0-py3-none-any.whl"]
     assert (tmp_path / "cache" / "verifier-kit" / "wheels" / rows["pinned"]["wheels"][0]).is_file()
+    # the failure is not recorded: the next run asks the index again
+    assert len(list((tmp_path / "cache" / "verifier-kit" / "sets").glob("*.json"))) == 1
