@@ -322,15 +322,24 @@ class Roles:
         trainers_started = asyncio.gather(
             *(r.start.remote(policy_base, config, policy_restore, master) for r in trainer_ranks)
         )
+        if p.shares_gpus:
+            # A GPU shared by trainers and engines: the trainers' allocations come first, or
+            # they would land while vLLM measures the GPU to size its cache (a smaller
+            # cache, or its check that the memory it counted is still free fails).
+            await roles.trainers_loaded(trainers_started)
         skipped = await asyncio.gather(*(w.start.remote(restore) for w in workers))
         for listed in await asyncio.gather(*(w.engine_processes.remote() for w in workers)):
             roles.engine_processes += listed
         roles.cores = list(await asyncio.gather(*(w.placement.remote() for w in workers)))
-        await trainers_started
-        if wm_trainer is not None:  # it loads in its constructor; a call waits for it
-            await wm_trainer.__ray_ready__.remote()
+        await roles.trainers_loaded(trainers_started)
         await roles.find_nodes()
         return roles, skipped[0]
+
+    async def trainers_loaded(self, trainers_started) -> None:
+        """Both trainers loaded (the world model's loads in its constructor: a call waits)."""
+        await trainers_started
+        if self.wm_trainer is not None:
+            await self.wm_trainer.__ray_ready__.remote()
 
     async def find_nodes(self) -> None:
         named = [(f"rollout worker {i}", w) for i, w in enumerate(self.workers)]

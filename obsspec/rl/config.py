@@ -199,6 +199,13 @@ class PlacementSettings(StrictModel):
     def gpus_requested(self) -> float:
         return self.rollout_workers * self.rollout_gpus + self.trainer_gpus + self.wm_trainer_gpus
 
+    @property
+    def shares_gpus(self) -> bool:
+        """Whether a trainer may share a GPU with engines: a fraction of a GPU asked for
+        (trainer_gpus 0.5 and rollout_gpus 0.5 on one GPU, ...)."""
+        shares = [self.rollout_gpus, self.trainer_gpus / self.policy_ranks, self.wm_trainer_gpus]
+        return any(0 < share < 1 for share in shares)
+
 
 class SyncSettings(StrictModel):
     """How the trainers' weights reach the engines after each update, and the check that the

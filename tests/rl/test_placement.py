@@ -122,3 +122,18 @@ async def test_two_trainer_ranks_meet_at_rank_zeros_store_without_a_port_race(ra
 
 async def gathered(refs: list) -> list:
     return await asyncio.wait_for(asyncio.gather(*refs), 60)
+
+
+@pytest.mark.parametrize(
+    ("placement", "shared"),
+    [
+        ({"rollout_gpus": 1, "trainer_gpus": 4, "wm_trainer_gpus": 1}, False),  # whole GPUs
+        ({}, False),  # CPUs only
+        ({"rollout_gpus": 0.5, "trainer_gpus": 0.4, "wm_trainer_gpus": 0.1}, True),  # one GPU
+        ({"rollout_gpus": 1, "trainer_gpus": 1, "wm_trainer_gpus": 0.25}, True),
+    ],
+)
+def test_a_fraction_of_a_gpu_means_trainers_load_before_the_engines(placement, shared):
+    """Roles that may share a GPU start in order (obsspec.rl.actors.Roles.start): trainers
+    allocate before vLLM measures the GPU to size its cache."""
+    assert rl_config(**placement).placement.shares_gpus is shared
