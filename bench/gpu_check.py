@@ -36,7 +36,8 @@ OUT/gpu_check.json is rewritten (atomically) after every stage: per stage its `s
 failed, timeout, crashed, skipped), seconds, error and the tail of its traceback or log,
 the skip's reason (`needs grpo`, `vllm not importable: ...`, `not in --stages`), and memory
 (GPU: peak, free and total; CPU: peak resident) beside capacity.py's estimate for the
-trainers. A stage past its cap (CAPS_S), or the check past --budget-s, has every thread's
+trainers. A stage past its cap (CAPS_S, or --cap-s STAGE=SECONDS), or the check past
+--budget-s, has every thread's
 traceback dumped into OUT/logs/<group>.log and its group killed; the stages after it still
 run where they can. SIGTERM or Ctrl-C stops the running group, records its stage as
 `interrupted` and exits 130; a group's process dies with the check however it ends. Exit 0
@@ -131,7 +132,7 @@ class Run:
     def __init__(self, out: Path, args) -> None:
         self.out = out
         self.args = args
-        self.caps = TINY_CAPS_S if args.tiny else CAPS_S
+        self.caps = {**(TINY_CAPS_S if args.tiny else CAPS_S), **args.cap_s}
         self.deadline = time.monotonic() + args.budget_s
         self.report: dict = {"out": str(out), "budget_s": args.budget_s, "stages": {}}
 
@@ -177,7 +178,7 @@ class Run:
             now = time.monotonic()
             if current is not None and now - current[1] > self.caps[current[0]]:
                 stop(child)
-                return f"past its cap of {self.caps[current[0]]} s"
+                return f"past its cap of {self.caps[current[0]]:g} s"
             if now > self.deadline:
                 stop(child)
                 return f"the check's --budget-s {self.args.budget_s:g} ran out"
@@ -235,6 +236,20 @@ def stop(child: subprocess.Popen) -> None:
     child.wait()
 
 
+def stage_caps(parser, entries: list[str]) -> dict[str, float]:
+    every = [name for names in GROUPS.values() for name in names]
+    caps = {}
+    for entry in entries:
+        name, _, seconds = entry.partition("=")
+        try:
+            caps[name] = float(seconds)
+        except ValueError:
+            caps[name] = -1.0
+        if name not in every or caps[name] <= 0:
+            parser.error(f"--cap-s {entry}: give STAGE=SECONDS, STAGE one of {', '.join(every)}")
+    return caps
+
+
 def selected_stages(text: str | None) -> list[str]:
     every = [name for names in GROUPS.values() for name in names]
     if text is None:
@@ -284,9 +299,17 @@ def main() -> int:
         "--budget-s", type=float, default=480, help="Seconds for the whole check [480]."
     )
     parser.add_argument("--out", default=None, help="Keep everything here [a temp dir].")
+    parser.add_argument(
+        "--cap-s",
+        action="append",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help="A stage's own cap, over CAPS_S (repeatable).",
+    )
     add_stage_args(parser)
     parser.set_defaults(policy_shape=None, wm_shape=None)  # the dry run: the config's
     args = parser.parse_args()
+    args.cap_s = stage_caps(parser, args.cap_s)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.dry_run:
         return dry_run(args)
