@@ -136,8 +136,9 @@ def test_a_stage_past_its_cap_is_stopped_with_its_tracebacks(tmp_path):
     assert code == 1 and not report["ok"]
     assert stages["models"]["status"] == "timeout", stages
     assert stages["models"]["error"] == "past its cap of 0.5 s"
-    # faulthandler's dump of the stopped process ("line N in f", where a traceback says ", in")
-    assert re.search(r'gpu_child\.py", line \d+ in main', stages["models"]["error_tail"])
+    # faulthandler's dump of the stopped process ("line N in f", where a traceback says ", in";
+    # a deep stack, mid-import, is cut to its innermost frames)
+    assert re.search(r'File "[^"]+", line \d+ in \S', stages["models"]["error_tail"])
     assert stages["grpo"] == {"status": "skipped", "reason": "needs models"}
 
 
