@@ -74,11 +74,12 @@ def memory_now() -> dict:
     import resource
 
     import torch
+    from gpu_stages import peak_gib
 
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info(0)
         return {
-            "peak_gib": round(torch.cuda.max_memory_allocated() / (1 << 30), 2),
+            "peak_gib": peak_gib(),
             "free_gib": round(free / (1 << 30), 2),
             "total_gib": round(total / (1 << 30), 2),
         }

@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 from dataclasses import asdict
+from itertools import chain
 from pathlib import Path
 from statistics import median
 
@@ -16,6 +17,7 @@ from gpu_stages import (
     device_report,
     engine_settings,
     episode_figures,
+    gpu_used_gib,
     model_shapes,
     play_episodes,
     prediction_ms,
@@ -142,11 +144,14 @@ async def run_serve(args, stages, state: Path) -> None:
                 entry["vllm_platform"] = check_vllm_build(args.tiny)
                 shares = {"policy": args.policy_share, "world_model": args.wm_share}
                 for role in ("policy", "world_model"):
+                    used = gpu_used_gib()  # each engine's memory: what its start took
                     settings = engine_settings(args, state / "models" / role, shares[role])
                     engines[role] = await stack.enter_async_context(LocalVLLMEngine(settings))
+                    after = gpu_used_gib()
+                    entry[role] = {"memory_gib": after and round(after - used, 2)}
                 for role, engine in engines.items():
                     rate = await throughput(engine, len(tokenizer))
-                    entry[role] = {"tokens_per_s": round(rate, 1)}
+                    entry[role]["tokens_per_s"] = round(rate, 1)
         with stages.stage("episodes") as entry:
             if entry is not None:
                 pair = (engines["policy"], engines["world_model"])
@@ -174,9 +179,7 @@ async def sync_trained_weights(args, engine, state: Path, entry: dict) -> None:
     started = time.monotonic()
     weights = load_file(str(state / "policy-trained.safetensors"))
     buckets = list(weight_buckets(weights, bucket_bytes=512 << 20))
-    sent: dict = {}
-    for bucket in buckets:
-        weight_checksums(bucket, into=sent)
+    sent = weight_checksums(chain.from_iterable(buckets))
     await engine.load_weight_buckets(buckets, version=1)
     entry["seconds_load"] = round(time.monotonic() - started, 2)
     scores = await engine.score(probe["ids"])

@@ -72,21 +72,35 @@ async def kit_plans(
     tasks = list(tasks)
     if not kit_applies(mode, network):
         return {}
-    offline = kit_offline(network)
-    by_needs: dict[KitNeeds, KitPlan] = {}
     plans: dict[str, KitPlan] = {}
-    for task in tasks:
-        needs = await asyncio.to_thread(task_needs, task)
-        if not needs.served:
+    for task, _, plan in await planned(tasks, cache_dir, kit_offline(network)):
+        if plan is None:
             continue
-        if needs not in by_needs:
-            by_needs[needs] = await kit_plan(needs, cache_dir, offline)
-        plans[task.id] = by_needs[needs]
-        for problem in (*by_needs[needs].problems, *by_needs[needs].notes):
+        plans[task.id] = plan
+        for problem in (*plan.problems, *plan.notes):
             note(f"verifier kit: task {task.id}: {problem}")
     if plans:
         note(describe(list(plans.values()), len(tasks), cache_dir))
     return plans
+
+
+async def planned(
+    tasks: Iterable[Task],
+    cache_dir: Path,
+    offline: bool,
+    on_fetch: Callable[[Task, KitNeeds], None] = lambda _task, _needs: None,
+) -> list[tuple[Task, KitNeeds, KitPlan | None]]:
+    """Each task, what its verifier fetches, and the kit's plan for it (None: it fetches
+    nothing the kit serves); one plan per distinct set of needs, on_fetch told of each."""
+    by_needs: dict[KitNeeds, KitPlan] = {}
+    found = []
+    for task in tasks:
+        needs = await asyncio.to_thread(task_needs, task)
+        if needs.served and needs not in by_needs:
+            on_fetch(task, needs)
+            by_needs[needs] = await kit_plan(needs, cache_dir, offline)
+        found.append((task, needs, by_needs.get(needs)))
+    return found
 
 
 async def kit_plan(needs: KitNeeds, cache_dir: Path, offline: bool) -> KitPlan:
@@ -104,17 +118,16 @@ async def task_kit_rows(
     """`obsspec env kit`'s rows: per task, what its verifier needs and what the kit holds for
     it (fetched now where missing; the apt-get shims are staged by the run that needs them),
     and the kit's directory."""
-    by_needs: dict[KitNeeds, KitPlan] = {}
-    rows = []
-    for task in tasks:
-        needs = await asyncio.to_thread(task_needs, task)
-        if not needs.served:
-            rows.append({"task": task.id, "needs": None})
-            continue
-        if needs not in by_needs:
-            progress(f"fetching for {task.id}: {kit_wants(needs)}")
-            by_needs[needs] = await kit_plan(needs, cache_dir, offline=True)
-        rows.append({"task": task.id, "needs": needs.as_dict(), **by_needs[needs].summary()})
+
+    def fetching(task: Task, needs: KitNeeds) -> None:
+        progress(f"fetching for {task.id}: {kit_wants(needs)}")
+
+    rows = [
+        {"task": task.id, "needs": None}
+        if plan is None
+        else {"task": task.id, "needs": needs.as_dict(), **plan.summary()}
+        for task, needs, plan in await planned(tasks, cache_dir, True, fetching)
+    ]
     return rows, kit_root(cache_dir)
 
 

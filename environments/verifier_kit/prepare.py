@@ -65,7 +65,6 @@ def prepare_kit(needs: KitNeeds, cache_dir: Path, *, offline: bool = True) -> Ki
             uv_dir = ensure_uv(root, uv_version)
         except KitFetchError as e:
             problems.append(str(e))
-            uv_version = uv_version or needs.uv_version
     wheels: tuple[Path, ...] = ()
     if needs.requirements:
         wheels, missing = ensure_wheels(root, needs.requirements)
@@ -164,8 +163,9 @@ def extract_binaries(wheel: Path, dest: Path, names: Sequence[str]) -> None:
 
 def ensure_wheels(root: Path, requirements: Sequence[str]) -> tuple[tuple[Path, ...], list[str]]:
     """The wheels of a requirement set for every Python in PYTHONS, and what is missing
-    (a set no Python could resolve). Recorded under sets/ once fetched; a failure is not
-    recorded, so that a later run tries again."""
+    (a set no Python could resolve). Recorded under sets/ once fetched (a Python that could
+    not resolve it is in the record's errors); a failure is not recorded, so that a later
+    run tries again."""
     key = set_key(requirements)
     record_path = root / "sets" / f"{key}.json"
     wheel_dir = root / "wheels"
@@ -173,7 +173,7 @@ def ensure_wheels(root: Path, requirements: Sequence[str]) -> tuple[tuple[Path, 
         record = json.loads(record_path.read_text())
         wheels = tuple(wheel_dir / name for name in record["wheels"])
         if all(w.is_file() for w in wheels):
-            return wheels, record["missing"]
+            return wheels, []
     names: set[str] = set()
     errors: list[str] = []
     with tempfile.TemporaryDirectory(dir=ensure_dir(root)) as tmp:
@@ -194,7 +194,7 @@ def ensure_wheels(root: Path, requirements: Sequence[str]) -> tuple[tuple[Path, 
     write_atomic(
         record_path,
         json.dumps({"requirements": list(requirements), "wheels": sorted(names),
-                    "missing": [], "errors": errors}, indent=1),
+                    "errors": errors}, indent=1),
     )  # fmt: skip
     return tuple(wheel_dir / n for n in sorted(names)), []
 

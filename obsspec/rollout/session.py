@@ -161,7 +161,6 @@ class RolloutSession:
             self.models_dir.parent,  # the cache directory: the kit lives beside the models
             lambda message: self.emit(Note(message)),
         )
-        self.tasks = {tid: with_kit(task, self.kits.get(tid)) for tid, task in self.tasks.items()}
         self.policy = await self._open_policy()
         self.loop = await self._open_speculation(self.policy)
         expected = Counter(self.planned or {})
